@@ -1,0 +1,50 @@
+# Two commands do all the set-up on a fresh machine:
+#   make experiment NAME=fedpe_synthetic   # creates .venv, installs, runs, leaves plots
+#   make test                              # creates .venv if needed, runs the test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+NAME ?= fedpe_synthetic
+ARGS ?=
+
+# Flower phones home and installs run-time dependencies unless told not to.
+export FLWR_TELEMETRY_ENABLED := 0
+export FLWR_DISABLE_UPDATE_CHECK := 1
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
+export MPLBACKEND := Agg
+
+.PHONY: venv experiment test test-slow test-all bench lint list clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+experiment: $(STAMP)
+	$(BIN)/fedbandit run $(NAME) $(ARGS)
+
+list: $(STAMP)
+	$(BIN)/fedbandit list
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'slow or not slow'
+
+bench: $(STAMP)
+	$(BIN)/fedbandit bench all
+
+lint: $(STAMP)
+	$(BIN)/ruff check fedbandit tests
+	$(BIN)/ruff format --check fedbandit tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,53 @@
+"""What every algorithm provides: validated hyperparameters and a server/client factory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from fedbandit.environment import BanditEnvironment
+from fedbandit.federation.protocol import ClientLogic, ServerLogic
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """What is public to server and clients: sizes, horizon, noise level, and who the clients are."""
+
+    num_clients: int
+    num_arms: int
+    dim: int
+    horizon: int
+    shared_parameter: bool
+    noise_sigma: float
+
+    @property
+    def client_ids(self) -> np.ndarray:
+        return np.arange(self.num_clients, dtype=np.int64)
+
+
+class Hyperparameters(BaseModel):
+    """Base of every algorithm's hyperparameters: frozen, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """A registry entry: name, description, hyperparameter model and the two factories."""
+
+    name: str
+    description: str
+    params: type[Hyperparameters]
+    make_server: Callable[[ProblemSpec, Hyperparameters], ServerLogic]
+    make_client: Callable[[ProblemSpec, Hyperparameters, BanditEnvironment], ClientLogic]
+    needs_shared_parameter: bool = False
+
+    def check_problem(self, spec: ProblemSpec) -> None:
+        if self.needs_shared_parameter and not spec.shared_parameter:
+            raise ValueError(
+                f"algorithm {self.name!r} assumes one parameter shared by all arms, but the "
+                "instance has disjoint per-arm parameters"
+            )

@@ -1,0 +1,145 @@
+"""The environment of a client group: draws rewards and keeps the true regret.
+
+Learners never see means or gaps. Pulls are executed either in blocks (``pull_counts``: n pulls of
+arm a cost one Gaussian draw, since the sum of n i.i.d. N(mu, sigma^2) rewards is exactly
+N(n mu, n sigma^2)) or one step at a time for every client at once (``pull_arms``). Regret is exact
+at every step: within a block the pulls are taken in arm order, so the per-step regret is a known
+piecewise-constant function, stored as a difference array over time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedbandit.instances import LinearBanditInstance
+from fedbandit.rng import REWARD_DOMAIN, client_generators
+
+#: Noise draws per client per refill for step-by-step pulls (fixed: part of the stream layout).
+NOISE_CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class RegretRecord:
+    """What a client group reports at the end of a run.
+
+    ``increment_diff[t]``: difference array of the summed per-step regret over the group's clients
+    (per-step regret sum at step t is ``cumsum(increment_diff)[t]``, steps 0..T-1).
+    """
+
+    client_ids: np.ndarray
+    increment_diff: np.ndarray
+    client_regret: np.ndarray
+    client_pulls: np.ndarray
+
+    @staticmethod
+    def merge(records: Sequence[RegretRecord]) -> RegretRecord:
+        order = np.argsort(np.concatenate([r.client_ids for r in records]), kind="stable")
+        return RegretRecord(
+            client_ids=np.concatenate([r.client_ids for r in records])[order],
+            increment_diff=np.sum([r.increment_diff for r in records], axis=0),
+            client_regret=np.concatenate([r.client_regret for r in records])[order],
+            client_pulls=np.concatenate([r.client_pulls for r in records])[order],
+        )
+
+    def mean_cumulative_regret(self) -> np.ndarray:
+        """R(t)/M for t = 1..T: per-client average cumulative regret, shape (T,)."""
+        per_step = np.cumsum(self.increment_diff)[:-1]
+        return np.cumsum(per_step) / len(self.client_ids)
+
+
+class BanditEnvironment:
+    """Rewards and regret for the clients ``client_ids`` of an instance, over horizon T each."""
+
+    def __init__(
+        self,
+        instance: LinearBanditInstance,
+        client_ids: np.ndarray | Sequence[int],
+        horizon: int,
+        entropy: int | Sequence[int],
+    ) -> None:
+        if horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        self.client_ids = np.asarray(client_ids, dtype=np.int64)
+        if self.client_ids.ndim != 1 or len(self.client_ids) == 0:
+            raise ValueError("client_ids must be a non-empty 1-d sequence")
+        if self.client_ids.min() < 0 or self.client_ids.max() >= instance.num_clients:
+            raise ValueError(f"client ids must lie in [0, {instance.num_clients})")
+        self.horizon = int(horizon)
+        self.noise_sigma = instance.noise_sigma
+        self.features = instance.features[self.client_ids]
+        self._means = instance.mean_rewards()[self.client_ids]
+        self._gaps = instance.gaps()[self.client_ids]
+        self._rngs = client_generators(entropy, self.client_ids, REWARD_DOMAIN)
+        n = len(self.client_ids)
+        self.pulls = np.zeros(n, dtype=np.int64)
+        self._regret = np.zeros(n)
+        self._diff = np.zeros(self.horizon + 1)
+        self._noise = np.empty((n, 0))
+        self._noise_pos = 0
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_ids)
+
+    @property
+    def num_arms(self) -> int:
+        return self._means.shape[1]
+
+    def remaining(self) -> np.ndarray:
+        return self.horizon - self.pulls
+
+    def pull_counts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pull arm a of client i ``counts[i, a]`` times, in arm order, within each client's budget.
+
+        Returns (executed counts, reward sums), both (n, K). Each client draws exactly K standard
+        normals from its own stream per call, so streams do not depend on grouping.
+        """
+        counts = np.asarray(counts)
+        if counts.shape != self._means.shape:
+            raise ValueError(f"counts must have shape {self._means.shape}, got {counts.shape}")
+        if np.any(counts < 0):
+            raise ValueError("pull counts must be non-negative")
+        counts = counts.astype(np.int64)
+        # Truncate at the horizon: arms are pulled in order, so clip the running total.
+        cum = np.minimum(np.cumsum(counts, axis=1), self.remaining()[:, None])
+        executed = np.diff(cum, axis=1, prepend=0)
+        z = np.stack([rng.standard_normal(self.num_arms) for rng in self._rngs])
+        sums = executed * self._means + self.noise_sigma * np.sqrt(executed) * z
+        starts = self.pulls[:, None] + cum - executed
+        pulled = executed > 0
+        gaps = self._gaps[pulled]
+        self._diff += np.bincount(starts[pulled], gaps, minlength=self.horizon + 1)
+        self._diff -= np.bincount(starts[pulled] + executed[pulled], gaps, self.horizon + 1)
+        self._regret += (executed * self._gaps).sum(axis=1)
+        self.pulls += cum[:, -1]
+        return executed, sums
+
+    def pull_arms(self, arms: np.ndarray) -> np.ndarray:
+        """Every client pulls one arm now (all clients at the same step). Returns rewards (n,)."""
+        if self._noise_pos == self._noise.shape[1]:
+            self._noise = np.stack([rng.standard_normal(NOISE_CHUNK) for rng in self._rngs])
+            self._noise_pos = 0
+        t = int(self.pulls[0])
+        if t >= self.horizon or np.any(self.pulls != t):
+            raise RuntimeError("pull_arms needs every client at the same step, before the horizon")
+        rows = np.arange(len(arms))
+        rewards = self._means[rows, arms] + self.noise_sigma * self._noise[:, self._noise_pos]
+        self._noise_pos += 1
+        step_regret = self._gaps[rows, arms]
+        self._regret += step_regret
+        total = step_regret.sum()
+        self._diff[t] += total
+        self._diff[t + 1] -= total
+        self.pulls += 1
+        return rewards
+
+    def record(self) -> RegretRecord:
+        return RegretRecord(
+            client_ids=self.client_ids.copy(),
+            increment_diff=self._diff.copy(),
+            client_regret=self._regret.copy(),
+            client_pulls=self.pulls.copy(),
+        )

@@ -1,0 +1,146 @@
+"""Fed-PE mathematics as free functions (Huang et al., NeurIPS 2021; authors' reference code).
+
+Shapes: M clients, K arms, d dimensions, G parameter groups (G = K for disjoint parameters, G = 1
+for a shared parameter; ``group[a]`` maps arm a to its group).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: Design weights below this are "not pulled" (ceil would otherwise turn round-off into a pull).
+WEIGHT_FLOOR = 1e-10
+
+
+def fedpe_alpha(num_clients: int, num_arms: int, num_phases: int, dim: int) -> float:
+    """alpha = min(2 log(20 M K P), 2 log(10 K P) + d log k0 + d), where k0 is the smallest value
+    on the grid 1, 1.1, 1.2, ... with k0 d >= 2 log(10 K P) + d log k0 + d (reference code)."""
+    if min(num_clients, num_arms, num_phases, dim) < 1:
+        raise ValueError("M, K, P and d must all be >= 1")
+    base = 2 * math.log(10 * num_arms * num_phases)
+    k0 = 1.0
+    while k0 * dim < base + dim * math.log(k0) + dim:
+        k0 += 0.1
+    return min(2 * math.log(20 * num_clients * num_arms * num_phases),
+               base + dim * math.log(k0) + dim)
+
+
+def enhanced_alpha(num_clients: int, num_arms: int, dim: int) -> float:
+    """Enhanced Fed-PE confidence constant alpha' = M (10 M K)^2 / (K d) (reference code)."""
+    return num_clients * (10 * num_clients * num_arms) ** 2 / (num_arms * dim)
+
+
+def phase_length(phase: int) -> int:
+    """f(p): 1 pull per arm in phase 0, then 2^p pulls per client in phase p >= 1."""
+    if phase < 0:
+        raise ValueError(f"phase must be >= 0, got {phase}")
+    return 1 if phase == 0 else 2**phase
+
+
+def last_phase(horizon: int, num_arms: int) -> int:
+    """The first phase P at which K + sum_{p=1..P} 2^p >= T: every client has used its budget
+    (each client pulls at least f(p) times in phase p, and K times in phase 0)."""
+    phase, total = 0, num_arms
+    while total < horizon:
+        phase += 1
+        total += phase_length(phase)
+    return phase
+
+
+def pull_counts(weights: np.ndarray, length: int) -> np.ndarray:
+    """n_{i,a} = ceil(f(p) pi_{i,a}), zero where pi_{i,a} <= 1e-10 (reference code's ``Int``)."""
+    counts = np.ceil(length * weights).astype(np.int64)
+    counts[weights <= WEIGHT_FLOOR] = 0
+    return counts
+
+
+def direction_estimates(reward_sums: np.ndarray, counts: np.ndarray, features: np.ndarray
+                        ) -> np.ndarray:
+    """theta_hat_{i,a} = ybar_{i,a} x_{i,a} / ||x_{i,a}||^2 (zero where n_{i,a} = 0), (M, K, d).
+
+    Its expectation is u u^T theta_a with u = x / ||x||: the projection on the client's direction.
+    """
+    safe = np.maximum(counts, 1)
+    mean = np.where(counts > 0, reward_sums / safe, 0.0)
+    sq_norm = np.einsum("mkd,mkd->mk", features, features)
+    return (mean / sq_norm)[..., None] * features
+
+
+def unit_directions(vectors: np.ndarray) -> np.ndarray:
+    """u = v / ||v||, with zero vectors left at zero."""
+    norm = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return np.divide(vectors, norm, out=np.zeros_like(vectors), where=norm > 0)
+
+
+def _group_sum(values: np.ndarray, group: np.ndarray, num_groups: int) -> np.ndarray:
+    """Sum over clients and over the arms of each group: (M, K, ...) -> (G, ...)."""
+    per_arm = values.sum(axis=0)
+    out = np.zeros((num_groups, *per_arm.shape[1:]))
+    np.add.at(out, group, per_arm)
+    return out
+
+
+def aggregate_directions(estimates: np.ndarray, counts: np.ndarray, directions: np.ndarray,
+                         group: np.ndarray, num_groups: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fed-PE server aggregation (one phase's data only).
+
+    V_g = sum_{(i,a) in g} n_{i,a} u_{i,a} u_{i,a}^T,  theta_g = V_g^+ sum n_{i,a} theta_hat_{i,a},
+    W_g = V_g^+. Returns (theta (G, d), W (G, d, d), V (G, d, d)).
+    """
+    outer = np.einsum("mk,mkd,mke->mkde", counts, directions, directions)
+    gram = _group_sum(outer, group, num_groups)
+    target = _group_sum(counts[..., None] * estimates, group, num_groups)
+    cov = np.linalg.pinv(gram, hermitian=True)
+    return np.einsum("gde,ge->gd", cov, target), cov, gram
+
+
+def aggregate_least_squares(reward_sums: np.ndarray, counts: np.ndarray, features: np.ndarray,
+                            group: np.ndarray, num_groups: int
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Full-information least squares over all clients (the Collaborative reference):
+    V_g = sum n x x^T, theta_g = V_g^+ sum S x with S the reward sums. Returns (theta, W, V)."""
+    outer = np.einsum("mk,mkd,mke->mkde", counts, features, features)
+    gram = _group_sum(outer, group, num_groups)
+    target = _group_sum(reward_sums[..., None] * features, group, num_groups)
+    cov = np.linalg.pinv(gram, hermitian=True)
+    return np.einsum("gde,ge->gd", cov, target), cov, gram
+
+
+def scores_and_widths(features: np.ndarray, theta: np.ndarray, cov: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """r_{i,a} = x_{i,a}^T theta_a and s_{i,a} = x_{i,a}^T W_a x_{i,a}; theta (M, K, d) and
+    cov (M, K, d, d) hold each client's copy of the broadcast for its arms."""
+    scores = np.einsum("mkd,mkd->mk", features, theta)
+    widths = np.einsum("mkd,mkde,mke->mk", features, cov, features)
+    return scores, np.maximum(widths, 0.0)
+
+
+def eliminate_phase(scores: np.ndarray, widths: np.ndarray, active: np.ndarray, alpha: float,
+                    min_sq_norm: float, noise_sigma: float = 1.0) -> np.ndarray:
+    """Fed-PE elimination: with b = argmax over active arms of r, drop a if
+    r_b - r_a > sigma (sqrt(alpha s_b / l) + sqrt(alpha s_a / l)), l = min ||x_{i,a}||^2."""
+    radius = noise_sigma * np.sqrt(alpha * widths / min_sq_norm)
+    return _eliminate(scores, radius, active)
+
+
+def eliminate_cumulative(sum_scores: np.ndarray, sum_widths: np.ndarray, total_length: float,
+                         active: np.ndarray, alpha: float, noise_sigma: float = 1.0
+                         ) -> np.ndarray:
+    """Enhanced Fed-PE elimination on phase-length-weighted sums (reference code): with
+    mu1 = sum_q f_q r_q, mu2 = sum_q f_q^2 s_q / l and N = sum_q f_q, drop a if
+    (mu1_b - mu1_a) / N > sigma (sqrt(mu2_b log(alpha mu2_b)) + sqrt(mu2_a log(alpha mu2_a))) / N."""
+    radius = noise_sigma * np.sqrt(sum_widths * np.log(alpha * sum_widths))
+    return _eliminate(sum_scores / total_length, radius / total_length, active)
+
+
+def _eliminate(scores: np.ndarray, radius: np.ndarray, active: np.ndarray) -> np.ndarray:
+    masked = np.where(active, scores, -np.inf)
+    best = masked.argmax(axis=1)
+    rows = np.arange(len(scores))
+    keep = scores[rows, best][:, None] - scores <= radius[rows, best][:, None] + radius
+    keep &= active
+    keep[rows, best] = True
+    return keep

@@ -1,0 +1,49 @@
+"""The two halves of a federated algorithm.
+
+A ``ServerLogic`` decides what to send each round and aggregates the replies; a ``ClientLogic``
+serves one *client group* (any number of logical clients held as arrays with a leading client
+axis) and answers each message. Neither knows how messages travel: a runtime delivers them. The
+algorithm code imports no network library and never reaches into the other side's memory.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from fedbandit.environment import BanditEnvironment, RegretRecord
+from fedbandit.federation.messages import Message
+
+
+class ServerLogic(ABC):
+    """Server hooks: ``configure`` the next round (None ends the run), ``aggregate`` the replies."""
+
+    @abstractmethod
+    def configure(self) -> Message | None:
+        """The message for every participating client this round, or None when the run is over."""
+
+    @abstractmethod
+    def aggregate(self, reply: Message) -> None:
+        """Take the replies of the round just configured, ordered by client id."""
+
+    def drop_clients(self, client_ids: list[int]) -> None:
+        """Stop addressing these clients (used by runtimes that tolerate client failures)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot continue without clients")
+
+
+class ClientLogic(ABC):
+    """Client hooks for one group of logical clients that share an environment."""
+
+    def __init__(self, env: BanditEnvironment) -> None:
+        self.env = env
+
+    @property
+    def client_ids(self):
+        return self.env.client_ids
+
+    @abstractmethod
+    def handle(self, message: Message) -> Message:
+        """Answer a message addressed to (a subset of) this group's clients."""
+
+    def regret_record(self) -> RegretRecord:
+        """The environment's record of the true regret (a measurement, not communication)."""
+        return self.env.record()

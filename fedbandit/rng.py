@@ -1,0 +1,42 @@
+"""Seeded random streams.
+
+Every logical client owns an independent stream, derived from the run seed and the client id alone
+(``SeedSequence(entropy, spawn_key=(client_id,))`` is exactly the ``client_id``-th child of
+``SeedSequence(entropy).spawn(...)``). Results therefore do not depend on how clients are grouped
+into processes, on the number of workers, or on the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+#: Spawn-key domains, so the instance, the reward noise and any algorithm randomness never share
+#: a stream even when they use the same seed.
+INSTANCE_DOMAIN = 0
+REWARD_DOMAIN = 1
+
+
+def run_entropy(base_seed: int, seed_index: int) -> list[int]:
+    """Entropy of run ``seed_index`` of an experiment whose base seed is ``base_seed``."""
+    if base_seed < 0 or seed_index < 0:
+        raise ValueError(f"seeds must be non-negative, got base={base_seed}, index={seed_index}")
+    return [int(base_seed), int(seed_index)]
+
+
+def client_generators(
+    entropy: int | Sequence[int], client_ids: Sequence[int] | np.ndarray, domain: int
+) -> list[np.random.Generator]:
+    """One independent generator per logical client id, within a domain."""
+    return [
+        np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence(entropy, spawn_key=(domain, int(cid))))
+        )
+        for cid in client_ids
+    ]
+
+
+def domain_generator(entropy: int | Sequence[int], domain: int) -> np.random.Generator:
+    """A generator for a whole domain (for example, drawing an instance)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy, spawn_key=(domain,))))

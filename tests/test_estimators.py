@@ -1,0 +1,141 @@
+"""Fed-PE math against hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fedbandit.estimators import (
+    aggregate_directions,
+    aggregate_least_squares,
+    direction_estimates,
+    eliminate_cumulative,
+    eliminate_phase,
+    enhanced_alpha,
+    fedpe_alpha,
+    last_phase,
+    phase_length,
+    pull_counts,
+    scores_and_widths,
+    unit_directions,
+)
+
+
+def test_alpha_matches_hand_computation():
+    # M=100, K=10, P=17, d=3: base = 2 log(1700) = 14.878; k0 is the first grid point with
+    # 3 k0 >= 14.877 + 3 log k0 + 3, i.e. k0 - log k0 >= 5.959 -> k0 = 8.1 (8.0 gives 5.921).
+    base = 2 * math.log(10 * 10 * 17)
+    for k0, ok in ((8.0, False), (8.1, True)):
+        assert (k0 * 3 >= base + 3 * math.log(k0) + 3) is ok
+    expected = min(2 * math.log(20 * 100 * 10 * 17), base + 3 * math.log(8.1) + 3)
+    assert fedpe_alpha(100, 10, 17, 3) == pytest.approx(expected, rel=1e-6)
+    assert expected == pytest.approx(24.152, abs=1e-3)
+
+
+def test_alpha_takes_the_first_term_when_smaller():
+    # d large: the second term grows with d, so 2 log(20 M K P) wins.
+    assert fedpe_alpha(1, 2, 1, 50) == pytest.approx(2 * math.log(40))
+
+
+def test_enhanced_alpha():
+    assert enhanced_alpha(100, 10, 3) == pytest.approx(100 * (10 * 100 * 10) ** 2 / 30)
+
+
+def test_phase_schedule():
+    assert [phase_length(p) for p in range(5)] == [1, 2, 4, 8, 16]
+    # K=10, T=2^17: 10 + 2 + 4 + ... + 2^P >= 131072 first at P = 16.
+    assert last_phase(2**17, 10) == 16
+    assert last_phase(10, 10) == 0
+    assert last_phase(11, 10) == 1
+    with pytest.raises(ValueError):
+        phase_length(-1)
+
+
+def test_pull_counts_ceil_and_floor():
+    weights = np.array([[0.5, 0.25, 0.25, 0.0], [1e-12, 0.3, 0.7 - 1e-12, 0.0]])
+    np.testing.assert_array_equal(pull_counts(weights, 8), [[4, 2, 2, 0], [0, 3, 6, 0]])
+
+
+def test_direction_estimate_by_hand():
+    features = np.array([[[3.0, 4.0], [1.0, 0.0]]])  # ||x||^2 = 25 and 1
+    sums = np.array([[10.0, 6.0]])
+    counts = np.array([[2, 0]])
+    est = direction_estimates(sums, counts, features)
+    np.testing.assert_allclose(est, [[[5 * 3 / 25, 5 * 4 / 25], [0.0, 0.0]]])
+
+
+def test_aggregate_directions_recovers_theta_by_hand():
+    # Two clients see arm 0 along e1 and e2 with means 2 and 3: theta = (2, 3).
+    features = np.array([[[2.0, 0.0]], [[0.0, 1.0]]])
+    counts = np.array([[4], [1]])
+    sums = np.array([[4 * 2 * 2.0], [3.0]])  # x^T theta = 4 and 3
+    est = direction_estimates(sums, counts, features)
+    theta, cov, gram = aggregate_directions(est, counts, unit_directions(est), np.array([0]), 1)
+    np.testing.assert_allclose(gram[0], np.diag([4.0, 1.0]))
+    np.testing.assert_allclose(cov[0], np.diag([0.25, 1.0]))
+    np.testing.assert_allclose(theta[0], [2.0, 3.0])
+
+
+def test_aggregate_least_squares_by_hand():
+    features = np.array([[[1.0, 0.0]], [[1.0, 1.0]]])
+    counts = np.array([[2], [1]])
+    sums = np.array([[2.0], [5.0]])  # mean 1 along e1, mean 5 along (1, 1)
+    theta, cov, gram = aggregate_least_squares(sums, counts, features, np.array([0]), 1)
+    np.testing.assert_allclose(gram[0], [[3.0, 1.0], [1.0, 1.0]])
+    np.testing.assert_allclose(theta[0], np.linalg.solve([[3, 1], [1, 1]], [7.0, 5.0]))
+    np.testing.assert_allclose(theta[0], [1.0, 4.0])
+
+
+def test_shared_group_pools_all_arms():
+    features = np.array([[[1.0, 0.0], [0.0, 1.0]]])
+    counts = np.array([[1, 1]])
+    sums = np.array([[0.5, -1.0]])
+    theta, _, _ = aggregate_least_squares(sums, counts, features, np.array([0, 0]), 1)
+    np.testing.assert_allclose(theta[0], [0.5, -1.0])
+
+
+def test_rank_deficient_aggregation_uses_the_span():
+    features = np.array([[[1.0, 1.0]], [[2.0, 2.0]]])  # one line
+    counts = np.array([[1], [1]])
+    sums = np.array([[2.0], [4.0]])
+    theta, cov, _ = aggregate_least_squares(sums, counts, features, np.array([0]), 1)
+    assert np.all(np.isfinite(theta)) and np.all(np.isfinite(cov))
+    np.testing.assert_allclose(theta[0], [1.0, 1.0])  # minimum-norm solution on the line
+
+
+def test_scores_and_widths_by_hand():
+    features = np.array([[[1.0, 2.0]]])
+    theta = np.array([[[3.0, -1.0]]])
+    cov = np.array([[[[2.0, 0.5], [0.5, 1.0]]]])
+    scores, widths = scores_and_widths(features, theta, cov)
+    assert scores[0, 0] == pytest.approx(1.0)
+    assert widths[0, 0] == pytest.approx(2 + 2 * 0.5 * 2 + 4)
+
+
+def test_eliminate_phase_by_hand():
+    scores = np.array([[1.0, 0.5, 0.9, 0.0]])
+    widths = np.array([[0.01, 0.01, 0.01, 0.01]])
+    active = np.array([[True, True, True, False]])
+    # radius = sqrt(4 * 0.01 / 1) = 0.2; best 1.0: drop a if 1.0 - r_a > 0.4.
+    keep = eliminate_phase(scores, widths, active, alpha=4.0, min_sq_norm=1.0)
+    np.testing.assert_array_equal(keep, [[True, False, True, False]])
+    # sigma = 3 widens the radius to 0.6: nothing with gap <= 1.2 is dropped.
+    keep = eliminate_phase(scores, widths, active, alpha=4.0, min_sq_norm=1.0, noise_sigma=3.0)
+    np.testing.assert_array_equal(keep, [[True, True, True, False]])
+
+
+def test_eliminate_phase_never_drops_the_leader_and_ignores_inactive_leaders():
+    scores = np.array([[5.0, 1.0, 0.0]])
+    active = np.array([[False, True, True]])  # arm 0 is inactive despite the top score
+    keep = eliminate_phase(scores, np.zeros((1, 3)), active, alpha=1.0, min_sq_norm=1.0)
+    np.testing.assert_array_equal(keep, [[False, True, False]])
+
+
+def test_eliminate_cumulative_by_hand():
+    sums = np.array([[10.0, 4.0]])
+    widths = np.array([[1.0, 1.0]])
+    # N = 2: means 5 and 2, radius sqrt(1 * log(e^4)) / 2 = 1 each; 3 > 2 -> drop arm 1.
+    keep = eliminate_cumulative(sums, widths, 2.0, np.ones((1, 2), bool), alpha=math.exp(4))
+    np.testing.assert_array_equal(keep, [[True, False]])
+    keep = eliminate_cumulative(sums, widths, 2.0, np.ones((1, 2), bool), alpha=math.exp(9))
+    np.testing.assert_array_equal(keep, [[True, True]])  # radius 1.5 each: 3 <= 3 keeps it
