@@ -5,6 +5,10 @@ arm a cost one Gaussian draw, since the sum of n i.i.d. N(mu, sigma^2) rewards i
 N(n mu, n sigma^2)) or one step at a time for every client at once (``pull_arms``). Regret is exact
 at every step: within a block the pulls are taken in arm order, so the per-step regret is a known
 piecewise-constant function, stored as a difference array over time.
+
+Gaps are rounded to a fixed-point grid of step 2^-k (k chosen from the instance so that a step's sum
+over all clients stays below 2^52): the difference array then holds integers, its sums are exact
+in any order, and the merged curve is bit-identical however clients are grouped.
 """
 
 from __future__ import annotations
@@ -33,20 +37,24 @@ class RegretRecord:
     increment_diff: np.ndarray
     client_regret: np.ndarray
     client_pulls: np.ndarray
+    scale: float
 
     @staticmethod
     def merge(records: Sequence[RegretRecord]) -> RegretRecord:
         order = np.argsort(np.concatenate([r.client_ids for r in records]), kind="stable")
+        if len({r.scale for r in records}) != 1:
+            raise ValueError("regret records of one run must share the fixed-point scale")
         return RegretRecord(
             client_ids=np.concatenate([r.client_ids for r in records])[order],
             increment_diff=np.sum([r.increment_diff for r in records], axis=0),
             client_regret=np.concatenate([r.client_regret for r in records])[order],
             client_pulls=np.concatenate([r.client_pulls for r in records])[order],
+            scale=records[0].scale,
         )
 
     def mean_cumulative_regret(self) -> np.ndarray:
         """R(t)/M for t = 1..T: per-client average cumulative regret, shape (T,)."""
-        per_step = np.cumsum(self.increment_diff)[:-1]
+        per_step = np.cumsum(self.increment_diff)[:-1] / self.scale
         return np.cumsum(per_step) / len(self.client_ids)
 
 
@@ -71,13 +79,17 @@ class BanditEnvironment:
         self.noise_sigma = instance.noise_sigma
         self.features = instance.features[self.client_ids]
         self._means = instance.mean_rewards()[self.client_ids]
-        self._gaps = instance.gaps()[self.client_ids]
+        self.scale = gap_scale(instance)
+        self._gaps = np.round(instance.gaps()[self.client_ids] * self.scale) / self.scale
+        self._gap_units = self._gaps * self.scale
         self._rngs = client_generators(entropy, self.client_ids, REWARD_DOMAIN)
         n = len(self.client_ids)
         self.pulls = np.zeros(n, dtype=np.int64)
         self._regret = np.zeros(n)
         self._diff = np.zeros(self.horizon + 1)
         self._noise = np.empty((n, 0))
+        self._row_offsets = np.arange(n) * self.num_arms
+        self._mode: str | None = None
         self._noise_pos = 0
 
     @property
@@ -103,6 +115,9 @@ class BanditEnvironment:
         if np.any(counts < 0):
             raise ValueError("pull counts must be non-negative")
         counts = counts.astype(np.int64)
+        if self._mode == "steps":
+            raise RuntimeError("pull_counts cannot follow pull_arms in one environment")
+        self._mode = "blocks"
         # Truncate at the horizon: arms are pulled in order, so clip the running total.
         cum = np.minimum(np.cumsum(counts, axis=1), self.remaining()[:, None])
         executed = np.diff(cum, axis=1, prepend=0)
@@ -110,7 +125,7 @@ class BanditEnvironment:
         sums = executed * self._means + self.noise_sigma * np.sqrt(executed) * z
         starts = self.pulls[:, None] + cum - executed
         pulled = executed > 0
-        gaps = self._gaps[pulled]
+        gaps = self._gap_units[pulled]
         self._diff += np.bincount(starts[pulled], gaps, minlength=self.horizon + 1)
         self._diff -= np.bincount(starts[pulled] + executed[pulled], gaps, self.horizon + 1)
         self._regret += (executed * self._gaps).sum(axis=1)
@@ -123,14 +138,14 @@ class BanditEnvironment:
             self._noise = np.stack([rng.standard_normal(NOISE_CHUNK) for rng in self._rngs])
             self._noise_pos = 0
         t = int(self.pulls[0])
-        if t >= self.horizon or np.any(self.pulls != t):
+        if self._mode == "blocks" or t >= self.horizon:
             raise RuntimeError("pull_arms needs every client at the same step, before the horizon")
-        rows = np.arange(len(arms))
-        rewards = self._means[rows, arms] + self.noise_sigma * self._noise[:, self._noise_pos]
+        self._mode = "steps"
+        flat = self._row_offsets + arms
+        rewards = self._means.take(flat) + self.noise_sigma * self._noise[:, self._noise_pos]
         self._noise_pos += 1
-        step_regret = self._gaps[rows, arms]
-        self._regret += step_regret
-        total = step_regret.sum()
+        self._regret += self._gaps.take(flat)
+        total = self._gap_units.take(flat).sum()
         self._diff[t] += total
         self._diff[t + 1] -= total
         self.pulls += 1
@@ -142,4 +157,11 @@ class BanditEnvironment:
             increment_diff=self._diff.copy(),
             client_regret=self._regret.copy(),
             client_pulls=self.pulls.copy(),
+            scale=self.scale,
         )
+
+
+def gap_scale(instance: LinearBanditInstance) -> float:
+    """2^k with k <= 40 such that M * max gap * 2^k < 2^52 (exact integer sums in float64)."""
+    bound = instance.num_clients * max(float(instance.gaps().max()), 1e-300)
+    return float(2.0 ** min(40, int(np.floor(52 - np.log2(bound))) - 1))

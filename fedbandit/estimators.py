@@ -23,8 +23,9 @@ def fedpe_alpha(num_clients: int, num_arms: int, num_phases: int, dim: int) -> f
     k0 = 1.0
     while k0 * dim < base + dim * math.log(k0) + dim:
         k0 += 0.1
-    return min(2 * math.log(20 * num_clients * num_arms * num_phases),
-               base + dim * math.log(k0) + dim)
+    return min(
+        2 * math.log(20 * num_clients * num_arms * num_phases), base + dim * math.log(k0) + dim
+    )
 
 
 def enhanced_alpha(num_clients: int, num_arms: int, dim: int) -> float:
@@ -56,8 +57,9 @@ def pull_counts(weights: np.ndarray, length: int) -> np.ndarray:
     return counts
 
 
-def direction_estimates(reward_sums: np.ndarray, counts: np.ndarray, features: np.ndarray
-                        ) -> np.ndarray:
+def direction_estimates(
+    reward_sums: np.ndarray, counts: np.ndarray, features: np.ndarray
+) -> np.ndarray:
     """theta_hat_{i,a} = ybar_{i,a} x_{i,a} / ||x_{i,a}||^2 (zero where n_{i,a} = 0), (M, K, d).
 
     Its expectation is u u^T theta_a with u = x / ||x||: the projection on the client's direction.
@@ -82,9 +84,13 @@ def _group_sum(values: np.ndarray, group: np.ndarray, num_groups: int) -> np.nda
     return out
 
 
-def aggregate_directions(estimates: np.ndarray, counts: np.ndarray, directions: np.ndarray,
-                         group: np.ndarray, num_groups: int
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def aggregate_directions(
+    estimates: np.ndarray,
+    counts: np.ndarray,
+    directions: np.ndarray,
+    group: np.ndarray,
+    num_groups: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fed-PE server aggregation (one phase's data only).
 
     V_g = sum_{(i,a) in g} n_{i,a} u_{i,a} u_{i,a}^T,  theta_g = V_g^+ sum n_{i,a} theta_hat_{i,a},
@@ -97,9 +103,13 @@ def aggregate_directions(estimates: np.ndarray, counts: np.ndarray, directions: 
     return np.einsum("gde,ge->gd", cov, target), cov, gram
 
 
-def aggregate_least_squares(reward_sums: np.ndarray, counts: np.ndarray, features: np.ndarray,
-                            group: np.ndarray, num_groups: int
-                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def aggregate_least_squares(
+    reward_sums: np.ndarray,
+    counts: np.ndarray,
+    features: np.ndarray,
+    group: np.ndarray,
+    num_groups: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Full-information least squares over all clients (the Collaborative reference):
     V_g = sum n x x^T, theta_g = V_g^+ sum S x with S the reward sums. Returns (theta, W, V)."""
     outer = np.einsum("mk,mkd,mke->mkde", counts, features, features)
@@ -109,8 +119,9 @@ def aggregate_least_squares(reward_sums: np.ndarray, counts: np.ndarray, feature
     return np.einsum("gde,ge->gd", cov, target), cov, gram
 
 
-def scores_and_widths(features: np.ndarray, theta: np.ndarray, cov: np.ndarray
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def scores_and_widths(
+    features: np.ndarray, theta: np.ndarray, cov: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """r_{i,a} = x_{i,a}^T theta_a and s_{i,a} = x_{i,a}^T W_a x_{i,a}; theta (M, K, d) and
     cov (M, K, d, d) hold each client's copy of the broadcast for its arms."""
     scores = np.einsum("mkd,mkd->mk", features, theta)
@@ -118,20 +129,32 @@ def scores_and_widths(features: np.ndarray, theta: np.ndarray, cov: np.ndarray
     return scores, np.maximum(widths, 0.0)
 
 
-def eliminate_phase(scores: np.ndarray, widths: np.ndarray, active: np.ndarray, alpha: float,
-                    min_sq_norm: float, noise_sigma: float = 1.0) -> np.ndarray:
+def eliminate_phase(
+    scores: np.ndarray,
+    widths: np.ndarray,
+    active: np.ndarray,
+    alpha: float,
+    min_sq_norm: float,
+    noise_sigma: float = 1.0,
+) -> np.ndarray:
     """Fed-PE elimination: with b = argmax over active arms of r, drop a if
     r_b - r_a > sigma (sqrt(alpha s_b / l) + sqrt(alpha s_a / l)), l = min ||x_{i,a}||^2."""
     radius = noise_sigma * np.sqrt(alpha * widths / min_sq_norm)
     return _eliminate(scores, radius, active)
 
 
-def eliminate_cumulative(sum_scores: np.ndarray, sum_widths: np.ndarray, total_length: float,
-                         active: np.ndarray, alpha: float, noise_sigma: float = 1.0
-                         ) -> np.ndarray:
+def eliminate_cumulative(
+    sum_scores: np.ndarray,
+    sum_widths: np.ndarray,
+    total_length: float,
+    active: np.ndarray,
+    alpha: float,
+    noise_sigma: float = 1.0,
+) -> np.ndarray:
     """Enhanced Fed-PE elimination on phase-length-weighted sums (reference code): with
     mu1 = sum_q f_q r_q, mu2 = sum_q f_q^2 s_q / l and N = sum_q f_q, drop a if
-    (mu1_b - mu1_a) / N > sigma (sqrt(mu2_b log(alpha mu2_b)) + sqrt(mu2_a log(alpha mu2_a))) / N."""
+    (mu1_b - mu1_a) / N > sigma (sqrt(mu2_b log(alpha mu2_b)) + sqrt(mu2_a log(alpha mu2_a))) / N
+    """
     radius = noise_sigma * np.sqrt(sum_widths * np.log(alpha * sum_widths))
     return _eliminate(sum_scores / total_length, radius / total_length, active)
 

@@ -39,4 +39,6 @@ def client_generators(
 
 def domain_generator(entropy: int | Sequence[int], domain: int) -> np.random.Generator:
     """A generator for a whole domain (for example, drawing an instance)."""
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy, spawn_key=(domain,))))
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence(entropy, spawn_key=(domain,)))
+    )

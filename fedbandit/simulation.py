@@ -12,6 +12,7 @@ import pandas as pd
 
 from fedbandit.algorithms import ProblemSpec, get_algorithm
 from fedbandit.environment import BanditEnvironment, RegretRecord
+from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.instances import LinearBanditInstance
 
@@ -49,6 +50,26 @@ def client_groups(num_clients: int, group_size: int | None) -> list[np.ndarray]:
     return [ids[i : i + group_size] for i in range(0, num_clients, group_size)]
 
 
+def build_federation(
+    instance: LinearBanditInstance,
+    algorithm: str,
+    horizon: int,
+    entropy: list[int],
+    params: Mapping[str, Any] | None = None,
+    group_size: int | None = None,
+) -> tuple[ServerLogic, list[ClientLogic]]:
+    """The server logic and the client groups (each with its own environment) of one run."""
+    spec_entry = get_algorithm(algorithm)
+    hyper = spec_entry.params(**(params or {}))
+    spec = problem_spec(instance, horizon)
+    spec_entry.check_problem(spec)
+    groups = [
+        spec_entry.make_client(spec, hyper, BanditEnvironment(instance, ids, horizon, entropy))
+        for ids in client_groups(instance.num_clients, group_size)
+    ]
+    return spec_entry.make_server(spec, hyper), groups
+
+
 def simulate(
     instance: LinearBanditInstance,
     algorithm: str,
@@ -58,16 +79,8 @@ def simulate(
     group_size: int | None = None,
 ) -> SeedResult:
     """Run ``algorithm`` over T = ``horizon`` pulls per client; rewards seeded by ``entropy``."""
-    spec_entry = get_algorithm(algorithm)
-    hyper = spec_entry.params(**(params or {}))
-    spec = problem_spec(instance, horizon)
-    spec_entry.check_problem(spec)
     start = time.perf_counter()
-    groups = [
-        spec_entry.make_client(spec, hyper, BanditEnvironment(instance, ids, horizon, entropy))
-        for ids in client_groups(instance.num_clients, group_size)
-    ]
-    server = spec_entry.make_server(spec, hyper)
+    server, groups = build_federation(instance, algorithm, horizon, entropy, params, group_size)
     outcome = run_federation(server, InProcessRuntime(groups))
     seconds = time.perf_counter() - start
     return SeedResult(

@@ -20,10 +20,11 @@ def test_regret_is_exact_at_every_step_in_blocks():
     env.pull_counts(np.array([[1, 2], [3, 0]]))  # client 0: 0 then 0.5, 0.5; client 1: 0.6 x3
     env.pull_counts(np.array([[0, 1], [1, 1]]))  # client 0: 0.5; client 1: 0.6 then 0
     record = env.record()
-    per_step = np.cumsum(record.increment_diff)[:-1]
+    per_step = np.cumsum(record.increment_diff)[:-1] / record.scale
     np.testing.assert_allclose(per_step, [0.6, 1.1, 1.1, 0.5 + 0.6, 0.0, 0.0])
-    np.testing.assert_allclose(record.mean_cumulative_regret(),
-                               np.cumsum([0.6, 1.1, 1.1, 1.1, 0.0, 0.0]) / 2)
+    np.testing.assert_allclose(
+        record.mean_cumulative_regret(), np.cumsum([0.6, 1.1, 1.1, 1.1, 0.0, 0.0]) / 2
+    )
     np.testing.assert_allclose(record.client_regret, [1.5, 2.4])
     np.testing.assert_array_equal(record.client_pulls, [4, 5])
 
@@ -49,8 +50,9 @@ def test_block_sums_have_the_distribution_of_pull_by_pull_sums(pulls):
     """Sampling the sum of n rewards directly must match summing n single pulls."""
     reps = 3000  # 3000 identical clients, each with its own stream
     base = two_arm_instance(sigma=1.5)
-    instance = LinearBanditInstance(np.repeat(base.features[:1], reps, axis=0), base.thetas, 1.5,
-                                    shared_parameter=True)
+    instance = LinearBanditInstance(
+        np.repeat(base.features[:1], reps, axis=0), base.thetas, 1.5, shared_parameter=True
+    )
     block = BanditEnvironment(instance, np.arange(reps), horizon=pulls, entropy=[1, 0])
     _, sums = block.pull_counts(np.tile([[pulls, 0]], (reps, 1)))
     single = BanditEnvironment(instance, np.arange(reps), horizon=pulls, entropy=[2, 0])

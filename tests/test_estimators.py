@@ -80,7 +80,7 @@ def test_aggregate_least_squares_by_hand():
     features = np.array([[[1.0, 0.0]], [[1.0, 1.0]]])
     counts = np.array([[2], [1]])
     sums = np.array([[2.0], [5.0]])  # mean 1 along e1, mean 5 along (1, 1)
-    theta, cov, gram = aggregate_least_squares(sums, counts, features, np.array([0]), 1)
+    theta, _, gram = aggregate_least_squares(sums, counts, features, np.array([0]), 1)
     np.testing.assert_allclose(gram[0], [[3.0, 1.0], [1.0, 1.0]])
     np.testing.assert_allclose(theta[0], np.linalg.solve([[3, 1], [1, 1]], [7.0, 5.0]))
     np.testing.assert_allclose(theta[0], [1.0, 4.0])

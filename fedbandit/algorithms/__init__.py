@@ -26,14 +26,26 @@ def _phased(name: str, description: str, variant: Variant) -> AlgorithmSpec:
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec
     for spec in (
-        _phased("fedpe", "Fed-PE, disjoint parameters (Huang et al. 2021)",
-                Variant("direction", "phase", shared=False)),
-        _phased("fedpe_shared", "Fed-PE, one parameter shared by all arms (Huang et al. 2021)",
-                Variant("direction", "phase", shared=True)),
-        _phased("fedpe_enhanced", "Enhanced Fed-PE: all past phases, log-based width",
-                Variant("direction", "cumulative", shared=False)),
-        _phased("collaborative", "Full-information least squares with the same phases (reference)",
-                Variant("least_squares", "cumulative", shared=False)),
+        _phased(
+            "fedpe",
+            "Fed-PE, disjoint parameters (Huang et al. 2021)",
+            Variant("direction", "phase", shared=False),
+        ),
+        _phased(
+            "fedpe_shared",
+            "Fed-PE, one parameter shared by all arms (Huang et al. 2021)",
+            Variant("direction", "phase", shared=True),
+        ),
+        _phased(
+            "fedpe_enhanced",
+            "Enhanced Fed-PE: all past phases, log-based width",
+            Variant("direction", "cumulative", shared=False),
+        ),
+        _phased(
+            "collaborative",
+            "Full-information least squares with the same phases (reference)",
+            Variant("least_squares", "cumulative", shared=False),
+        ),
         AlgorithmSpec(
             name="local_ucb",
             description="Every client runs UCB on its own arms (no communication)",

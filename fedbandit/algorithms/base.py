@@ -14,7 +14,7 @@ from fedbandit.federation.protocol import ClientLogic, ServerLogic
 
 @dataclass(frozen=True)
 class ProblemSpec:
-    """What is public to server and clients: sizes, horizon, noise level, and who the clients are."""
+    """What server and clients both know: sizes, horizon, noise level, and the client ids."""
 
     num_clients: int
     num_arms: int

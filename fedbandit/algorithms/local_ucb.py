@@ -58,16 +58,21 @@ class LocalUCBClient(ClientLogic):
             raise ValueError(f"unknown message kind {message.kind!r} for local UCB")
         env = self.env
         n, K = env.num_clients, env.num_arms
-        sums = np.zeros((n, K))
-        counts = np.zeros((n, K))
-        rows = np.arange(n)
+        means = np.zeros(n * K)
+        counts = np.zeros(n * K)
+        inv_sqrt = np.zeros(n * K)
+        offsets = np.arange(n) * K
         for step in range(1, env.horizon + 1):
             if step <= K:
                 arms = np.full(n, step - 1)
             else:
-                arms = ucb_index(sums, counts, step, self.sigma).argmax(axis=1)
+                bonus = self.sigma * np.sqrt(2.0 * np.log(1.0 + step * np.log(step) ** 2))
+                arms = (means + bonus * inv_sqrt).reshape(n, K).argmax(axis=1)
+            flat = offsets + arms
             rewards = env.pull_arms(arms)
-            sums[rows, arms] += rewards
-            counts[rows, arms] += 1
-        return Message("done", message.round, message.client_ids, {},
-                       meta={"pulls": env.pulls.copy()})
+            counts[flat] += 1.0
+            means[flat] += (rewards - means[flat]) / counts[flat]
+            inv_sqrt[flat] = 1.0 / np.sqrt(counts[flat])
+        return Message(
+            "done", message.round, message.client_ids, {}, meta={"pulls": env.pulls.copy()}
+        )

@@ -110,21 +110,35 @@ class PhasedEliminationServer(ServerLogic):
                 "phase": np.full(n, self.phase, dtype=np.int32),
                 "active": active,
             }
-            message = Message("explore", self.round, self.clients, fields,
-                              sparse={"weights": "active"}, known=frozenset({"active"}))
+            message = Message(
+                "explore",
+                self.round,
+                self.clients,
+                fields,
+                sparse={"weights": "active"},
+                known=frozenset({"active"}),
+            )
         elif self.variant.shared:
             fields = {"theta": broadcast(self.theta[0], n), "cov": broadcast(self.cov[0], n)}
             if self.phase == 1 and self.min_sq_norm is not None:
                 fields["min_sq_norm"] = np.full(n, self.min_sq_norm)
             message = Message("eliminate", self.round, self.clients, fields)
         else:
-            fields = {"theta": broadcast(self.theta, n), "cov": broadcast(self.cov, n),
-                      "active": active}
+            fields = {
+                "theta": broadcast(self.theta, n),
+                "cov": broadcast(self.cov, n),
+                "active": active,
+            }
             if self.phase == 1 and self.min_sq_norm is not None:
                 fields["min_sq_norm"] = np.full(n, self.min_sq_norm)
-            message = Message("eliminate", self.round, self.clients, fields,
-                              sparse={"theta": "active", "cov": "active"},
-                              known=frozenset({"active"}))
+            message = Message(
+                "eliminate",
+                self.round,
+                self.clients,
+                fields,
+                sparse={"theta": "active", "cov": "active"},
+                known=frozenset({"active"}),
+            )
         self.round += 1
         return message
 
@@ -153,13 +167,15 @@ class PhasedEliminationServer(ServerLogic):
         if self.variant.estimator == "direction":
             estimates = np.zeros((*self.active.shape, self.spec.dim))
             estimates[rows] = reply.fields["estimate"]
-            theta, cov, _ = aggregate_directions(estimates, counts, self.vectors, self.group,
-                                                 self.num_groups)
+            theta, cov, _ = aggregate_directions(
+                estimates, counts, self.vectors, self.group, self.num_groups
+            )
         else:
             sums = np.zeros(self.active.shape)
             sums[rows] = reply.fields["reward_sum"]
-            theta, cov, _ = aggregate_least_squares(sums, counts, self.vectors, self.group,
-                                                    self.num_groups)
+            theta, cov, _ = aggregate_least_squares(
+                sums, counts, self.vectors, self.group, self.num_groups
+            )
         # A group that got no pulls this phase keeps its previous estimate.
         pulled = np.zeros(self.num_groups, dtype=bool)
         np.logical_or.at(pulled, self.group, counts.sum(axis=0) > 0)
@@ -196,15 +212,23 @@ class PhasedEliminationServer(ServerLogic):
         assert self.vectors is not None
         start = time.perf_counter()
         result = solve_design_fast(
-            self.vectors[rows], active, self.group, tol=self.params.design_tolerance,
-            max_iter=self.params.design_max_iter, initial=self.weights[rows],
+            self.vectors[rows],
+            active,
+            self.group,
+            tol=self.params.design_tolerance,
+            max_iter=self.params.design_max_iter,
+            initial=self.weights[rows],
         )
         self.weights[rows] = result.weights
-        self.design_log.append({
-            "phase": self.phase, "certificate": result.certificate,
-            "iterations": result.iterations, "seconds": time.perf_counter() - start,
-            "active_pairs": int(active.sum()),
-        })
+        self.design_log.append(
+            {
+                "phase": self.phase,
+                "certificate": result.certificate,
+                "iterations": result.iterations,
+                "seconds": time.perf_counter() - start,
+                "active_pairs": int(active.sum()),
+            }
+        )
         self.stage = "explore"
 
     def drop_clients(self, client_ids: list[int]) -> None:
@@ -216,8 +240,13 @@ class PhasedEliminationServer(ServerLogic):
 class PhasedEliminationClient(ClientLogic):
     """A group of clients: eliminates arms locally and explores by the server's design."""
 
-    def __init__(self, spec: ProblemSpec, params: PhasedEliminationParams, variant: Variant,
-                 env: BanditEnvironment):
+    def __init__(
+        self,
+        spec: ProblemSpec,
+        params: PhasedEliminationParams,
+        variant: Variant,
+        env: BanditEnvironment,
+    ):
         super().__init__(env)
         self.spec, self.params, self.variant = spec, params, variant
         n, K = env.num_clients, spec.num_arms
@@ -273,8 +302,15 @@ class PhasedEliminationClient(ClientLogic):
             sparse = {"reward_sum": "pulled"}
             if phase == 0:
                 fields["features"] = self.features[rows]
-        return Message("report", message.round, message.client_ids, fields, sparse=sparse,
-                       known=frozenset({"pulled"}), meta={"pulls": self.env.pulls[rows]})
+        return Message(
+            "report",
+            message.round,
+            message.client_ids,
+            fields,
+            sparse=sparse,
+            known=frozenset({"pulled"}),
+            meta={"pulls": self.env.pulls[rows]},
+        )
 
     def _eliminate(self, message: Message, rows: np.ndarray) -> Message:
         if "min_sq_norm" in message.fields:
@@ -296,8 +332,19 @@ class PhasedEliminationClient(ClientLogic):
             self.sum_scores[rows] += np.where(active, length * scores, 0.0)
             self.sum_widths[rows] += np.where(active, length**2 * widths / scale, 0.0)
             self.total_length += length
-            keep = eliminate_cumulative(self.sum_scores[rows], self.sum_widths[rows],
-                                        self.total_length, active, self.alpha, self.sigma)
+            keep = eliminate_cumulative(
+                self.sum_scores[rows],
+                self.sum_widths[rows],
+                self.total_length,
+                active,
+                self.alpha,
+                self.sigma,
+            )
         self.active[rows] = keep
-        return Message("active_set", message.round, message.client_ids, {"active": keep},
-                       meta={"pulls": self.env.pulls[rows]})
+        return Message(
+            "active_set",
+            message.round,
+            message.client_ids,
+            {"active": keep},
+            meta={"pulls": self.env.pulls[rows]},
+        )

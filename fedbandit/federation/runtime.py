@@ -83,8 +83,11 @@ class InProcessRuntime(Runtime):
         ids = np.concatenate([g.client_ids for g in self.groups])
         if len(np.unique(ids)) != len(ids):
             raise ValueError("client groups overlap: every logical client must be in one group")
-        self._index = {int(cid): (gi, pos) for gi, g in enumerate(self.groups)
-                       for pos, cid in enumerate(g.client_ids)}
+        self._index = {
+            int(cid): (gi, pos)
+            for gi, g in enumerate(self.groups)
+            for pos, cid in enumerate(g.client_ids)
+        }
 
     def exchange(self, message: Message) -> Message:
         group_of = np.array([self._index[int(c)][0] for c in message.client_ids])

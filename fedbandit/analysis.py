@@ -1,0 +1,36 @@
+"""Statistics over seeds as pure functions on arrays shaped (seeds, ...)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def mean_ci95(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and Student-t 95% interval of the mean over ``axis`` (the interval is the mean itself
+    when there is a single seed)."""
+    values = np.asarray(values, dtype=float)
+    n = values.shape[axis]
+    mean = values.mean(axis=axis)
+    if n < 2:
+        return mean, mean.copy(), mean.copy()
+    half = stats.t.ppf(0.975, n - 1) * values.std(axis=axis, ddof=1) / np.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def checkpoint_times(horizon: int) -> np.ndarray:
+    """t = 2^k for every k with 2^k <= T."""
+    return 2 ** np.arange(int(np.floor(np.log2(horizon))) + 1)
+
+
+def curve_grid(horizon: int, points: int = 1500) -> np.ndarray:
+    """Steps at which curves are stored: every 2^k, T, and a log-and-linear grid (1-based)."""
+    grid = np.concatenate(
+        [
+            checkpoint_times(horizon),
+            np.geomspace(1, horizon, points // 2),
+            np.linspace(1, horizon, points // 2),
+            [horizon],
+        ]
+    )
+    return np.unique(np.clip(np.round(grid).astype(np.int64), 1, horizon))

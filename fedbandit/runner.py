@@ -1,0 +1,209 @@
+"""Run a named experiment: every (algorithm, seed) pair, in parallel processes, resumable.
+
+Seeds are independent tasks whose randomness depends only on (base_seed, seed index, client id),
+so the results are identical whatever the number of workers. A finished task's files are written
+atomically and its ``.json`` last; rerunning with the same ``--out`` skips finished tasks. The
+manifest says ``incomplete`` until every task is done.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import tomli_w
+from tqdm import tqdm
+
+from fedbandit.analysis import curve_grid
+from fedbandit.config import ConfigError, ExperimentConfig, validate_experiment
+from fedbandit.instances import build_instance
+from fedbandit.results import (
+    atomic_write_csv,
+    atomic_write_json,
+    atomic_write_text,
+    git_commit,
+    machine_facts,
+    package_versions,
+    read_json,
+    seed_done,
+    seed_stem,
+    summarize,
+)
+from fedbandit.rng import run_entropy
+from fedbandit.simulation import simulate
+
+RESULTS_ROOT = Path("results")
+
+
+def default_out_dir(config: ExperimentConfig) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return RESULTS_ROOT / config.name / stamp
+
+
+def config_dict(config: ExperimentConfig) -> dict[str, Any]:
+    return config.model_dump(mode="json", exclude_none=True)
+
+
+def run_task(config_data: dict[str, Any], algorithm: str, seed: int, run_dir: str) -> float:
+    """Run one (algorithm, seed) and write its files; returns the seconds it took."""
+    config = validate_experiment(config_data)
+    instance = build_instance(config.instance)
+    result = simulate(
+        instance,
+        algorithm,
+        config.horizon,
+        run_entropy(config.base_seed, seed),
+        config.hyperparameters(algorithm),
+        config.group_size,
+    )
+    stem = seed_stem(Path(run_dir), algorithm, seed)
+    grid = curve_grid(config.horizon)
+    curve = result.regret.mean_cumulative_regret()
+    atomic_write_csv(
+        stem.with_suffix(".regret.csv"), pd.DataFrame({"t": grid, "regret": curve[grid - 1]})
+    )
+    atomic_write_csv(stem.with_suffix(".comm.csv"), result.communication)
+    atomic_write_csv(
+        stem.with_suffix(".clients.csv"),
+        pd.DataFrame(
+            {
+                "client_id": result.regret.client_ids,
+                "regret": result.regret.client_regret,
+                "pulls": result.regret.client_pulls,
+            }
+        ),
+    )
+    atomic_write_json(
+        stem.with_suffix(".json"),
+        {
+            "algorithm": algorithm,
+            "seed": seed,
+            "seconds": result.seconds,
+            "totals": result.totals,
+            "final_regret": float(curve[-1]),
+        },
+    )
+    return result.seconds
+
+
+def _prepare(config: ExperimentConfig, run_dir: Path, workers: int) -> dict[str, Any]:
+    """Create or reopen the run folder; refuses to mix two different experiments in one folder."""
+    config_path = run_dir / "config.toml"
+    manifest_path = run_dir / "manifest.json"
+    current = config_dict(config)
+    if manifest_path.exists():
+        manifest = read_json(manifest_path)
+        stored = manifest.get("config", {})
+        differs = {
+            k
+            for k in set(stored) | set(current)
+            if k != "seeds" and stored.get(k) != current.get(k)
+        }
+        if differs:
+            raise ConfigError(
+                f"{run_dir} holds a run of a different configuration (keys differing: "
+                f"{', '.join(sorted(differs))}); choose another --out"
+            )
+    else:
+        manifest = {"created": dt.datetime.now().isoformat(timespec="seconds")}
+    instance = build_instance(config.instance)
+    manifest.update(
+        {
+            "experiment": config.name,
+            "status": "incomplete",
+            "updated": dt.datetime.now().isoformat(timespec="seconds"),
+            "runtime": "local",
+            "algorithms": config.algorithms,
+            "horizon": config.horizon,
+            "seeds": list(range(config.seeds)),
+            "base_seed": config.base_seed,
+            "workers": workers,
+            "group_size": config.group_size,
+            "instance": instance.summary(),
+            "git_commit": git_commit(),
+            "packages": package_versions(),
+            "machine": machine_facts(),
+            "config": current,
+        }
+    )
+    atomic_write_text(config_path, tomli_w.dumps(current))
+    atomic_write_json(manifest_path, manifest)
+    return manifest
+
+
+def run_experiment(
+    config: ExperimentConfig,
+    out_dir: Path | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """Run every (algorithm, seed) not yet done in ``out_dir``; returns the run folder."""
+    run_dir = Path(out_dir) if out_dir is not None else default_out_dir(config)
+    workers = workers or min(os.cpu_count() or 1, config.seeds * len(config.algorithms))
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    manifest = _prepare(config, run_dir, workers)
+    tasks = [
+        (a, s)
+        for a in config.algorithms
+        for s in range(config.seeds)
+        if not seed_done(run_dir, a, s)
+    ]
+    data = config_dict(config)
+    bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
+    try:
+        if workers == 1:
+            for algorithm, seed in tasks:
+                bar.set_postfix_str(f"{algorithm} seed {seed}")
+                run_task(data, algorithm, seed, str(run_dir))
+                bar.update()
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {
+                    pool.submit(run_task, data, a, s, str(run_dir)): (a, s) for a, s in tasks
+                }
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                    for future in done:
+                        future.result()
+                        algorithm, seed = futures[future]
+                        bar.set_postfix_str(f"{algorithm} seed {seed}")
+                        bar.update()
+    finally:
+        bar.close()
+    manifest["status"] = "complete"
+    manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
+    atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
+    from fedbandit.plotting import plot_run
+
+    plot_run(run_dir)
+    atomic_write_json(run_dir / "manifest.json", manifest)
+    return run_dir
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """A plain-text table of the summary for the terminal."""
+    header = (
+        f"{'algorithm':<16}{'R(T)/M mean':>13}{'95% CI':>22}{'s/seed':>9}"
+        f"{'rounds':>8}{'up scalars':>13}{'down scalars':>14}"
+    )
+    lines = [
+        f"{summary['experiment']}: T = {summary['horizon']}, "
+        f"{len(summary['seeds'])} seeds, status {summary['status']}",
+        header,
+    ]
+    for name, entry in summary.items():
+        if not isinstance(entry, dict) or "final_regret_mean" not in entry:
+            continue
+        low, high = entry["final_regret_ci95"]
+        lines.append(
+            f"{name:<16}{entry['final_regret_mean']:>13.2f}{f'[{low:.2f}, {high:.2f}]':>22}"
+            f"{entry['seconds_per_seed']:>9.2f}{entry['rounds']:>8}"
+            f"{entry['uplink_scalars']:>13.4g}{entry['downlink_scalars']:>14.4g}"
+        )
+    return "\n".join(lines)

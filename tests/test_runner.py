@@ -1,0 +1,134 @@
+"""The harness: results files, summary keys, resumption, workers, and plots from files alone."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fedbandit.runner as runner
+from fedbandit.cli import main
+from fedbandit.config import ConfigError, load_experiment
+from fedbandit.plotting import plot_run
+
+SUMMARY_KEYS = {
+    "final_regret_mean",
+    "final_regret_ci95",
+    "seconds_per_seed",
+    "rounds",
+    "uplink_scalars",
+    "downlink_scalars",
+    "uplink_bytes",
+    "downlink_bytes",
+    "regret_checkpoints",
+}
+
+
+def tiny(**overrides):
+    sets = [f"{k}={v}" for k, v in overrides.items()]
+    return load_experiment("fedpe_tiny", ["horizon=512", "seeds=2", *sets])
+
+
+def test_run_writes_every_file_and_a_stable_summary(tmp_path):
+    out = runner.run_experiment(tiny(), tmp_path / "run", workers=1, progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["seeds"] == [0, 1]
+    assert {"numpy", "cvxpy", "flwr"} <= set(manifest["packages"])
+    assert manifest["instance"]["num_clients"] == 20
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["experiment"] == "fedpe_tiny" and summary["horizon"] == 512
+    for algorithm in ("fedpe", "fedpe_enhanced", "collaborative", "local_ucb"):
+        entry = summary[algorithm]
+        assert set(entry) >= SUMMARY_KEYS
+        low, high = entry["final_regret_ci95"]
+        assert low <= entry["final_regret_mean"] <= high
+        assert set(entry["regret_checkpoints"]) == {str(2**k) for k in range(10)}
+    assert summary["local_ucb"]["uplink_scalars"] == 0 < summary["fedpe"]["uplink_scalars"]
+    curve = pd.read_csv(out / "runs" / "fedpe" / "seed_0.regret.csv")
+    assert curve["t"].iloc[-1] == 512 and np.all(np.diff(curve["regret"]) >= 0)
+    comm = pd.read_csv(out / "runs" / "fedpe" / "seed_0.comm.csv")
+    assert set(comm["direction"]) == {"uplink", "downlink"}
+    assert (out / "plots" / "regret.png").stat().st_size > 10_000
+    assert (out / "plots" / "communication.png").stat().st_size > 10_000
+    assert (out / "config.toml").read_text().count("fedpe_tiny") == 1
+
+
+def test_workers_do_not_change_results(tmp_path):
+    one = runner.run_experiment(tiny(), tmp_path / "one", workers=1, progress=False)
+    two = runner.run_experiment(tiny(), tmp_path / "two", workers=2, progress=False)
+    for algorithm in ("fedpe", "local_ucb"):
+        for seed in (0, 1):
+            name = f"runs/{algorithm}/seed_{seed}.regret.csv"
+            assert (one / name).read_text() == (two / name).read_text()
+
+
+def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real = runner.run_task
+    calls = []
+
+    def flaky(data, algorithm, seed, run_dir):
+        if algorithm == "collaborative":
+            raise KeyboardInterrupt
+        calls.append((algorithm, seed))
+        return real(data, algorithm, seed, run_dir)
+
+    monkeypatch.setattr(runner, "run_task", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_experiment(tiny(), out, workers=1, progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "incomplete"
+    assert not (out / "summary.json").exists()
+    assert not list(out.rglob("*.tmp"))  # no half-written file anywhere
+    done = sorted(p.name for p in (out / "runs").rglob("*.json"))
+    assert done == ["seed_0.json", "seed_0.json", "seed_1.json", "seed_1.json"]
+    assert main(["plot", str(out)]) == 0  # plots of what finished, marked incomplete
+
+    monkeypatch.setattr(runner, "run_task", real)
+    calls.clear()
+    resumed = runner.run_experiment(tiny(), out, workers=1, progress=False)
+    assert json.loads((resumed / "manifest.json").read_text())["status"] == "complete"
+    summary = json.loads((resumed / "summary.json").read_text())
+    assert set(summary) >= {"fedpe", "fedpe_enhanced", "collaborative", "local_ucb"}
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+    out = runner.run_experiment(tiny(), tmp_path / "run", workers=1, progress=False)
+    with pytest.raises(ConfigError, match=r"different configuration.*horizon"):
+        runner.run_experiment(tiny(horizon=256), out, workers=1, progress=False)
+
+
+def test_plots_rebuild_from_files_alone(tmp_path):
+    out = runner.run_experiment(tiny(), tmp_path / "run", workers=1, progress=False)
+    for png in (out / "plots").glob("*.png"):
+        png.unlink()
+    paths = plot_run(out, log_x=True)
+    assert all(p.stat().st_size > 10_000 for p in paths)
+
+
+def test_cli_run_and_list(tmp_path, capsys):
+    code = main(
+        [
+            "run",
+            "fedpe_shared_tiny",
+            "--seeds",
+            "1",
+            "--workers",
+            "1",
+            "--quiet",
+            "--out",
+            str(tmp_path / "cli"),
+            "--set",
+            "horizon=300",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "fedpe_shared" in out and "R(T)/M" in out
+    assert main(["list"]) == 0
+    assert "fedpe_synthetic" in capsys.readouterr().out
+
+
+def test_cli_reports_config_errors(capsys):
+    assert main(["run", "fedpe_tiny", "--set", "instance.num_klients=3"]) == 2
+    assert "unknown key 'instance.paper_synthetic.num_klients'" in capsys.readouterr().err
