@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -167,22 +167,26 @@ def run_experiment(
                     pool.submit(run_task, data, a, s, str(run_dir)): (a, s) for a, s in tasks
                 }
                 pending = set(futures)
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                    for future in done:
-                        future.result()
-                        algorithm, seed = futures[future]
-                        bar.set_postfix_str(f"{algorithm} seed {seed}")
-                        bar.update()
+                try:
+                    while pending:
+                        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                        for future in done:
+                            future.result()
+                            algorithm, seed = futures[future]
+                            bar.set_postfix_str(f"{algorithm} seed {seed}")
+                            bar.update()
+                except BaseException:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
     finally:
         bar.close()
     manifest["status"] = "complete"
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
+    atomic_write_json(run_dir / "manifest.json", manifest)
     from fedbandit.plotting import plot_run
 
     plot_run(run_dir)
-    atomic_write_json(run_dir / "manifest.json", manifest)
     return run_dir
 
 

@@ -9,7 +9,7 @@ import pytest
 import fedbandit.runner as runner
 from fedbandit.cli import main
 from fedbandit.config import ConfigError, load_experiment
-from fedbandit.plotting import plot_run
+from fedbandit.plotting import plot_regret, plot_run
 
 SUMMARY_KEYS = {
     "final_regret_mean",
@@ -51,6 +51,7 @@ def test_run_writes_every_file_and_a_stable_summary(tmp_path):
     assert (out / "plots" / "regret.png").stat().st_size > 10_000
     assert (out / "plots" / "communication.png").stat().st_size > 10_000
     assert (out / "config.toml").read_text().count("fedpe_tiny") == 1
+    assert plot_regret(out).get_title() == "fedpe_tiny"
 
 
 def test_workers_do_not_change_results(tmp_path):
@@ -83,6 +84,7 @@ def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch)
     done = sorted(p.name for p in (out / "runs").rglob("*.json"))
     assert done == ["seed_0.json", "seed_0.json", "seed_1.json", "seed_1.json"]
     assert main(["plot", str(out)]) == 0  # plots of what finished, marked incomplete
+    assert plot_regret(out).get_title() == "fedpe_tiny [incomplete]"
 
     monkeypatch.setattr(runner, "run_task", real)
     calls.clear()
@@ -132,3 +134,49 @@ def test_cli_run_and_list(tmp_path, capsys):
 def test_cli_reports_config_errors(capsys):
     assert main(["run", "fedpe_tiny", "--set", "instance.num_klients=3"]) == 2
     assert "unknown key 'instance.paper_synthetic.num_klients'" in capsys.readouterr().err
+
+
+def test_sigint_leaves_whole_files_and_the_run_resumes(tmp_path):
+    """A real Ctrl-C on the command line, with worker processes, mid-run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "fedbandit.cli",
+        "run",
+        "fedpe_tiny",
+        "--out",
+        str(out),
+        "--workers",
+        "2",
+        "--quiet",
+        "--set",
+        "seeds=6",
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(out.glob("runs/local_ucb/*.json")):
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err.decode()
+    assert b"incomplete" in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "incomplete"
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*.tmp*"))
+    for path in out.rglob("*.csv"):
+        pd.read_csv(path)  # every file present is whole
+    finished = len(list(out.rglob("runs/*/*.json")))
+    assert finished < 24
+    resumed = subprocess.run(command, capture_output=True, timeout=300, check=False)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+    assert len(list(out.rglob("runs/*/*.json"))) == 24
