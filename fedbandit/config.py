@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fedbandit.algorithms import get_algorithm
-from fedbandit.instances import PaperSyntheticParams, SyntheticParams
+from fedbandit.instances import INSTANCE_KINDS
 
 EXPERIMENTS_DIR = Path(
     os.environ.get("FEDBANDIT_EXPERIMENTS", Path(__file__).resolve().parents[1] / "experiments")
@@ -23,6 +23,13 @@ EXPERIMENTS_DIR = Path(
 
 class ConfigError(ValueError):
     """A configuration problem, with a message meant for the user."""
+
+
+#: Every registered instance kind, discriminated by its ``kind`` key.
+InstanceConfig = Annotated[
+    Union[tuple(model for model, _ in INSTANCE_KINDS.values())],  # noqa: UP007
+    Field(discriminator="kind"),
+]
 
 
 class PlotConfig(BaseModel):
@@ -44,7 +51,7 @@ class ExperimentConfig(BaseModel):
     algorithms: list[str] = Field(min_length=1)
     params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     group_size: int | None = Field(None, ge=1, description="clients per client group")
-    instance: Annotated[PaperSyntheticParams | SyntheticParams, Field(discriminator="kind")]
+    instance: InstanceConfig
     plot: PlotConfig = Field(default_factory=PlotConfig)
 
     @model_validator(mode="after")

@@ -163,9 +163,8 @@ def synthetic(params: SyntheticParams) -> LinearBanditInstance:
     )
 
 
-InstanceParams = PaperSyntheticParams | SyntheticParams
-
-#: Registry of instance kinds: kind -> (parameter model, builder).
+#: Registry of instance kinds: kind -> (parameter model, builder). The experiment config accepts
+#: every kind listed here (its parameter model must declare ``kind: Literal["..."]``).
 INSTANCE_KINDS: dict[str, tuple[type[_Params], Callable[[Any], LinearBanditInstance]]] = {
     "paper_synthetic": (PaperSyntheticParams, paper_synthetic),
     "synthetic": (SyntheticParams, synthetic),
