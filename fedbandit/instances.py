@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fedbandit.contextual.instances import ContextualParams, contextual_instance
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
 
 
@@ -69,6 +70,10 @@ class LinearBanditInstance:
         """Smallest positive gap between a client's best and second-best arm."""
         mu = np.sort(self.mean_rewards(), axis=1)
         return float((mu[:, -1] - mu[:, -2]).min()) if self.num_arms > 1 else float("inf")
+
+    @property
+    def contextual(self) -> bool:
+        return False
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -165,13 +170,14 @@ def synthetic(params: SyntheticParams) -> LinearBanditInstance:
 
 #: Registry of instance kinds: kind -> (parameter model, builder). The experiment config accepts
 #: every kind listed here (its parameter model must declare ``kind: Literal["..."]``).
-INSTANCE_KINDS: dict[str, tuple[type[_Params], Callable[[Any], LinearBanditInstance]]] = {
+INSTANCE_KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
     "paper_synthetic": (PaperSyntheticParams, paper_synthetic),
     "synthetic": (SyntheticParams, synthetic),
+    "contextual": (ContextualParams, contextual_instance),
 }
 
 
-def build_instance(params: _Params) -> LinearBanditInstance:
+def build_instance(params: BaseModel) -> Any:
     """Build the instance a validated parameter model describes."""
     kind = params.kind  # type: ignore[attr-defined]
     _, builder = INSTANCE_KINDS[kind]

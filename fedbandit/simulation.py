@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 
 from fedbandit.algorithms import ProblemSpec, get_algorithm
+from fedbandit.contextual.environment import ContextualEnvironment
+from fedbandit.contextual.instances import ContextualInstance
 from fedbandit.environment import BanditEnvironment, RegretRecord
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
@@ -29,7 +31,7 @@ class SeedResult:
     seconds: float
 
 
-def problem_spec(instance: LinearBanditInstance, horizon: int) -> ProblemSpec:
+def problem_spec(instance: LinearBanditInstance | ContextualInstance, horizon: int) -> ProblemSpec:
     return ProblemSpec(
         num_clients=instance.num_clients,
         num_arms=instance.num_arms,
@@ -37,6 +39,7 @@ def problem_spec(instance: LinearBanditInstance, horizon: int) -> ProblemSpec:
         horizon=horizon,
         shared_parameter=instance.shared_parameter,
         noise_sigma=instance.noise_sigma,
+        contextual=instance.contextual,
     )
 
 
@@ -51,7 +54,7 @@ def client_groups(num_clients: int, group_size: int | None) -> list[np.ndarray]:
 
 
 def build_federation(
-    instance: LinearBanditInstance,
+    instance: LinearBanditInstance | ContextualInstance,
     algorithm: str,
     horizon: int,
     entropy: list[int],
@@ -63,15 +66,16 @@ def build_federation(
     hyper = spec_entry.params(**(params or {}))
     spec = problem_spec(instance, horizon)
     spec_entry.check_problem(spec)
+    environment = ContextualEnvironment if instance.contextual else BanditEnvironment
     groups = [
-        spec_entry.make_client(spec, hyper, BanditEnvironment(instance, ids, horizon, entropy))
+        spec_entry.make_client(spec, hyper, environment(instance, ids, horizon, entropy))
         for ids in client_groups(instance.num_clients, group_size)
     ]
     return spec_entry.make_server(spec, hyper), groups
 
 
 def simulate(
-    instance: LinearBanditInstance,
+    instance: LinearBanditInstance | ContextualInstance,
     algorithm: str,
     horizon: int,
     entropy: list[int],

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec
+from fedbandit.algorithms.federated_linucb import (
+    AsyncParams,
+    CentralParams,
+    DisLinUCBParams,
+    FederatedRidgeClient,
+    FederatedRidgeServer,
+    FedLinUCBParams,
+)
+from fedbandit.algorithms.linucb import LocalRidgeClient, LocalServer, RidgeParams
 from fedbandit.algorithms.local_ucb import LocalUCBClient, LocalUCBParams, LocalUCBServer
 from fedbandit.algorithms.phased_elimination import (
     PhasedEliminationClient,
@@ -20,6 +29,30 @@ def _phased(name: str, description: str, variant: Variant) -> AlgorithmSpec:
         make_server=lambda spec, params: PhasedEliminationServer(spec, params, variant),
         make_client=lambda spec, params, env: PhasedEliminationClient(spec, params, variant, env),
         needs_shared_parameter=variant.shared,
+    )
+
+
+def _local(name: str, description: str, rule: str, schedule: str) -> AlgorithmSpec:
+    return AlgorithmSpec(
+        name=name,
+        description=description,
+        params=RidgeParams,
+        make_server=lambda spec, params: LocalServer(spec),
+        make_client=lambda spec, params, env: LocalRidgeClient(spec, params, rule, schedule, env),
+        contextual=True,
+    )
+
+
+def _federated(
+    name: str, description: str, params: type[Hyperparameters], protocol: str
+) -> AlgorithmSpec:
+    return AlgorithmSpec(
+        name=name,
+        description=description,
+        params=params,
+        make_server=lambda spec, p: FederatedRidgeServer(spec, p, protocol),
+        make_client=lambda spec, p, env: FederatedRidgeClient(spec, p, protocol, env),
+        contextual=True,
     )
 
 
@@ -52,6 +85,48 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             params=LocalUCBParams,
             make_server=lambda spec, params: LocalUCBServer(spec, params),
             make_client=lambda spec, params, env: LocalUCBClient(spec, params, env),
+        ),
+        _local(
+            "linucb_d",
+            "LinUCB-d: self-normalised radius, delta_t = 1/t^2 (Wu et al. 2020)",
+            "self_normalized",
+            "inverse_square",
+        ),
+        _local(
+            "linucb", "LinUCB with a fixed alpha (Li et al. 2010), per client", "fixed", "constant"
+        ),
+        _local(
+            "oful",
+            "OFUL: self-normalised radius, constant delta (Abbasi-Yadkori 2011)",
+            "self_normalized",
+            "constant",
+        ),
+        _local(
+            "greedy", "Ridge estimates without an exploration bonus, per client", "zero", "constant"
+        ),
+        _federated(
+            "dislinucb",
+            "DisLinUCB: log-det sync trigger (Wang et al. 2020)",
+            DisLinUCBParams,
+            "dislinucb",
+        ),
+        _federated(
+            "async_linucb",
+            "Async-LinUCB: upload and push ratios (Li & Wang 2022)",
+            AsyncParams,
+            "async",
+        ),
+        _federated(
+            "fedlinucb",
+            "FedLinUCB: determinant-ratio sync (He et al. 2022)",
+            FedLinUCBParams,
+            "fedlinucb",
+        ),
+        _federated(
+            "central_linucb",
+            "Centralised LinUCB: every sample shared every round",
+            CentralParams,
+            "central",
         ),
     )
 }

@@ -22,6 +22,7 @@ class ProblemSpec:
     horizon: int
     shared_parameter: bool
     noise_sigma: float
+    contextual: bool = False
 
     @property
     def client_ids(self) -> np.ndarray:
@@ -44,8 +45,15 @@ class AlgorithmSpec:
     make_server: Callable[[ProblemSpec, Hyperparameters], ServerLogic]
     make_client: Callable[[ProblemSpec, Hyperparameters, BanditEnvironment], ClientLogic]
     needs_shared_parameter: bool = False
+    contextual: bool = False
 
     def check_problem(self, spec: ProblemSpec) -> None:
+        if self.contextual != spec.contextual:
+            wanted = "a contextual" if self.contextual else "a fixed-feature"
+            raise ValueError(
+                f"algorithm {self.name!r} needs {wanted} instance (kind 'contextual' draws fresh "
+                "contexts each round; the other kinds hold fixed features per client and arm)"
+            )
         if self.needs_shared_parameter and not spec.shared_parameter:
             raise ValueError(
                 f"algorithm {self.name!r} assumes one parameter shared by all arms, but the "

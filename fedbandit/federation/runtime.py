@@ -23,6 +23,7 @@ class CommunicationLedger:
     """Per round and direction: messages (clients with a non-empty payload), scalars and bytes.
 
     ``t`` is the mean number of pulls per client done when the round's replies came back.
+    Exchanges that carry nothing in either direction are not recorded.
     """
 
     rows: list[dict[str, float | int | str]] = field(default_factory=list)
@@ -124,8 +125,9 @@ def run_federation(server: ServerLogic, runtime: Runtime) -> FederationResult:
             )
         pulls = reply.meta.get("pulls")
         pulls_mean = float(np.mean(pulls)) if pulls is not None else float("nan")
-        ledger.record(message, "downlink", pulls_mean)
-        ledger.record(reply, "uplink", pulls_mean)
+        if message.scalars_per_client().any() or reply.scalars_per_client().any():
+            ledger.record(message, "downlink", pulls_mean)
+            ledger.record(reply, "uplink", pulls_mean)
         server.aggregate(reply)
     records = runtime.regret_records()
     return FederationResult(RegretRecord.merge(records), ledger)

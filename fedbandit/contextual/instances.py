@@ -1,0 +1,220 @@
+"""Contextual instances: every client draws a fresh context every round.
+
+Contexts are stored as x_{t,k} in R^d for every arm k, shape (K, d) per client and round, and the
+expected reward of arm k is x_{t,k}^T theta_k. Two settings share this form:
+
+- ``disjoint`` (the LinUCB-d setting, Wu, Yang, Shen, AISTATS 2020): one context x_t per round,
+  x_{t,k} = x_t for every arm, and a parameter theta_k per arm.
+- ``shared`` (the DisLinUCB setting, Wang et al., ICLR 2020): one parameter theta for all arms and a
+  feature vector x_{t,k} per arm per round.
+
+Context laws: ``gaussian`` (N(0, I_d)), ``sphere`` (uniform on the unit sphere), ``points``
+(one of ``num_points`` fixed points, drawn at instance creation), ``subspace`` (N(0, P) with P the
+projection on a random ``subspace_dim``-dimensional subspace). A hard ``margin``: contexts whose
+best and second-best arms are closer than it are redrawn (rejection sampling).
+
+Diversity (our reading of Wu et al. 2020, as in that line of work): for every arm k,
+lambda_0 = min_k lambda_min(E[x x^T 1{k optimal at x}]) > 0 in the disjoint setting; for a shared
+parameter lambda_0 = lambda_min(E[x_{k*} x_{k*}^T]) with k* the optimal arm. ``diversity`` estimates
+it by Monte Carlo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
+
+#: Rejection sampling gives up when fewer than this fraction of draws survive the margin.
+MIN_ACCEPTANCE = 1e-3
+
+
+class ContextualParams(BaseModel):
+    """Parameters of a contextual instance (``kind = "contextual"`` in an experiment)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["contextual"] = "contextual"
+    setting: Literal["disjoint", "shared"] = Field("disjoint")
+    contexts: Literal["gaussian", "sphere", "points", "subspace"] = Field("gaussian")
+    num_clients: int = Field(10, ge=1, description="M")
+    num_arms: int = Field(5, ge=2, description="K")
+    dim: int = Field(5, ge=1, description="d")
+    noise_sigma: float = Field(0.5, ge=0)
+    margin: float = Field(0.0, ge=0, description="redraw contexts whose top-two gap is below")
+    num_points: int = Field(3, ge=1, description="support size of the 'points' law")
+    subspace_dim: int = Field(1, ge=0, description="dimension of the 'subspace' law")
+    participation: float = Field(1.0, gt=0, le=1, description="chance a client acts in a round")
+    balance_draws: int = Field(
+        1, ge=1, le=1000, description="parameter sets drawn; the most balanced one is kept"
+    )
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ContextualParams:
+        if self.contexts == "subspace" and self.subspace_dim >= self.dim:
+            raise ValueError("subspace_dim must be smaller than dim for 'subspace' contexts")
+        return self
+
+
+@dataclass(frozen=True)
+class ContextualInstance:
+    """The truth of a contextual instance: parameters and the law of contexts."""
+
+    params: ContextualParams
+    thetas: np.ndarray
+    points: np.ndarray | None
+    basis: np.ndarray | None
+    name: str = "contextual"
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_clients(self) -> int:
+        return self.params.num_clients
+
+    @property
+    def num_arms(self) -> int:
+        return self.params.num_arms
+
+    @property
+    def dim(self) -> int:
+        return self.params.dim
+
+    @property
+    def noise_sigma(self) -> float:
+        return self.params.noise_sigma
+
+    @property
+    def shared_parameter(self) -> bool:
+        return self.params.setting == "shared"
+
+    @property
+    def contextual(self) -> bool:
+        return True
+
+    @property
+    def context_rows(self) -> int:
+        """Distinct context vectors per round: 1 (disjoint: x_{t,k} = x_t) or K (shared)."""
+        return 1 if self.params.setting == "disjoint" else self.params.num_arms
+
+    def _raw(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """``count`` compact contexts before the margin, shape (count, context_rows, d)."""
+        p = self.params
+        rows = self.context_rows
+        if p.contexts == "points":
+            assert self.points is not None
+            return self.points[rng.integers(0, len(self.points), size=(count, rows))]
+        draw = rng.standard_normal((count, rows, p.dim))
+        if p.contexts == "sphere":
+            draw /= np.linalg.norm(draw, axis=2, keepdims=True)
+        elif p.contexts == "subspace":
+            assert self.basis is not None
+            draw = draw[..., : p.subspace_dim] @ self.basis.T
+        return draw
+
+    def means(self, contexts: np.ndarray) -> np.ndarray:
+        """mu_k = x_k^T theta_k for contexts of shape (..., K, d) or compact (..., 1, d).
+
+        Element-wise products summed over d (not a matrix product), so a value never depends on
+        how many contexts are evaluated together (BLAS blocking would change the rounding)."""
+        return (contexts * self.thetas).sum(axis=-1)
+
+    def expand(self, compact: np.ndarray) -> np.ndarray:
+        """Compact contexts (..., context_rows, d) as per-arm contexts (..., K, d) (a view)."""
+        return np.broadcast_to(compact, (*compact.shape[:-2], self.num_arms, self.dim))
+
+    def sample_contexts(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """``count`` compact contexts (count, context_rows, d) that respect the margin."""
+        out = np.empty((count, self.context_rows, self.dim))
+        filled, drawn = 0, 0
+        while filled < count:
+            batch = self._raw(rng, (count - filled) * 5 // 4 + 16)
+            drawn += len(batch)
+            if self.params.margin > 0:
+                batch = batch[top_two_gap(self.means(batch)) >= self.params.margin]
+            take = min(len(batch), count - filled)
+            out[filled : filled + take] = batch[:take]
+            filled += take
+            if drawn > 64 and filled < MIN_ACCEPTANCE * drawn:
+                raise ValueError(
+                    f"margin {self.params.margin} rejects nearly every context of this instance "
+                    f"({filled} of {drawn} kept); lower instance.margin"
+                )
+        return out
+
+    def diversity(self, samples: int = 20000, seed: int = 12345) -> dict[str, float]:
+        """Monte Carlo lambda_0 and the empirical top-two gap quantiles of the context law."""
+        rng = np.random.default_rng(seed)
+        x = self.expand(self.sample_contexts(rng, samples))
+        mu = self.means(x)
+        best = mu.argmax(axis=1)
+        rows = np.arange(samples)
+        chosen = x[rows, best]  # (n, d): the optimal arm's feature vector
+        if self.shared_parameter:
+            lam = float(np.linalg.eigvalsh(chosen.T @ chosen / samples)[0])
+        else:
+            lam = np.inf
+            for k in range(self.num_arms):
+                xk = chosen[best == k]
+                second = xk.T @ xk / samples
+                lam = min(lam, float(np.linalg.eigvalsh(second)[0]))
+        gaps = top_two_gap(mu)
+        return {
+            "lambda_0": max(lam, 0.0),
+            "margin": self.params.margin,
+            "gap_min_sampled": float(gaps.min()),
+            "gap_median_sampled": float(np.median(gaps)),
+            "optimal_arm_shares": np.bincount(best, minlength=self.num_arms).tolist(),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            **self.params.model_dump(mode="json"),
+            **self.diversity(),
+            **self.info,
+        }
+
+
+def top_two_gap(means: np.ndarray) -> np.ndarray:
+    """Best minus second-best mean along the last axis (0 when the best is tied)."""
+    best = means.max(axis=-1, keepdims=True)
+    first = means.argmax(axis=-1)[..., None]
+    others = np.where(np.arange(means.shape[-1]) == first, -np.inf, means)
+    return best[..., 0] - others.max(axis=-1)
+
+
+def contextual_instance(params: ContextualParams) -> ContextualInstance:
+    """Draw the parameters: theta_k uniform on the unit sphere (one theta if shared), so that in the
+    disjoint setting every arm wins a full-dimensional cone of Gaussian contexts. With
+    ``balance_draws`` > 1, that many parameter sets are drawn and the one whose least-often optimal
+    arm is optimal most often (on 4096 contexts) is kept: a cheap way to a larger lambda_0."""
+    rng = domain_generator(params.seed, INSTANCE_DOMAIN)
+    points = basis = None
+    if params.contexts == "points":
+        points = rng.standard_normal((params.num_points, params.dim))
+        points /= np.linalg.norm(points, axis=1, keepdims=True)
+    if params.contexts == "subspace":
+        basis, _ = np.linalg.qr(rng.standard_normal((params.dim, max(params.subspace_dim, 1))))
+        basis = basis[:, : params.subspace_dim]
+    count = 1 if params.setting == "shared" else params.num_arms
+    best, best_share = None, -1
+    for _ in range(params.balance_draws):
+        thetas = rng.standard_normal((count, params.dim))
+        thetas /= np.linalg.norm(thetas, axis=1, keepdims=True)
+        thetas = np.broadcast_to(thetas, (params.num_arms, params.dim)).copy()
+        candidate = ContextualInstance(
+            params, thetas, points, basis, name=f"contextual_{params.contexts}"
+        )
+        if params.balance_draws == 1:
+            return candidate
+        x = candidate.expand(candidate._raw(rng, 4096))
+        share = np.bincount(candidate.means(x).argmax(axis=1), minlength=params.num_arms).min()
+        if share > best_share:
+            best, best_share = candidate, share
+    assert best is not None
+    return best
