@@ -39,7 +39,13 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'slow or not slow'
 
-bench: $(STAMP)
+BENCH_STAMP := $(VENV)/.bench-extra-stamp
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/fedbandit bench all
 
 lint: $(STAMP)

@@ -24,10 +24,11 @@ def checkpoint_times(horizon: int) -> np.ndarray:
 
 
 def curve_grid(horizon: int, points: int = 1500) -> np.ndarray:
-    """Steps at which curves are stored: every 2^k, T, and a log-and-linear grid (1-based)."""
+    """Steps at which curves are stored: every 2^k, T/2, T and a log-and-linear grid (1-based)."""
     grid = np.concatenate(
         [
             checkpoint_times(horizon),
+            [max(horizon // 2, 1)],
             np.geomspace(1, horizon, points // 2),
             np.linspace(1, horizon, points // 2),
             [horizon],

@@ -93,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--log-x", action="store_true", help="logarithmic time axis")
     plot.set_defaults(func=_cmd_plot)
 
-    bench = sub.add_parser("bench", help="benchmarks: design, fedpe, scale, or all")
-    bench.add_argument("name", choices=["all", "design", "fedpe", "scale"])
+    bench = sub.add_parser("bench", help="benchmarks: design, fedpe, scale, linucb, or all")
+    bench.add_argument("name", choices=["all", "design", "fedpe", "scale", "linucb"])
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     bench.set_defaults(func=_cmd_bench)

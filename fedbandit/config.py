@@ -36,6 +36,7 @@ class PlotConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     log_x: bool = Field(False, description="logarithmic time axis in the regret plot")
+    regret_over_log_t: bool = Field(False, description="also plot R(T) / log T against T")
 
 
 class ExperimentConfig(BaseModel):

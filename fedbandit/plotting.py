@@ -24,8 +24,11 @@ from fedbandit.results import (
 )
 
 
-def plot_regret(run_dir: Path, ax: Axes | None = None, log_x: bool = False) -> Axes:
-    """Per-client cumulative regret R(T)/M against T: mean and 95% band over seeds."""
+def plot_regret(
+    run_dir: Path, ax: Axes | None = None, log_x: bool = False, over_log_t: bool = False
+) -> Axes:
+    """Per-client cumulative regret R(T)/M against T: mean and 95% band over seeds. With
+    ``over_log_t``, R(T) / log T (for T >= 2): flat for logarithmic regret, falling for bounded."""
     manifest = read_json(run_dir / "manifest.json")
     ax = ax or plt.figure(figsize=(7, 4.5)).gca()
     for algorithm in manifest["algorithms"]:
@@ -33,13 +36,16 @@ def plot_regret(run_dir: Path, ax: Axes | None = None, log_x: bool = False) -> A
         if not seeds:
             continue
         t, curves = load_curves(run_dir, algorithm, seeds)
+        if over_log_t:
+            keep = t >= 2
+            t, curves = t[keep], curves[:, keep] / np.log(t[keep])
         mean, low, high = mean_ci95(curves)
         (line,) = ax.plot(t, mean, label=f"{algorithm} ({len(seeds)} seeds)")
         ax.fill_between(t, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     if log_x:
         ax.set_xscale("log")
     ax.set_xlabel("T (pulls per client)")
-    ax.set_ylabel("cumulative regret per client, R(T)/M")
+    ax.set_ylabel("R(T)/M / log T" if over_log_t else "cumulative regret per client, R(T)/M")
     status = "" if manifest.get("status") == "complete" else " [incomplete]"
     ax.set_title(f"{manifest['experiment']}{status}")
     ax.grid(ls="--", alpha=0.5)
@@ -95,6 +101,9 @@ def plot_run(run_dir: Path, log_x: bool | None = None) -> list[Path]:
     paths.append(_save(ax.figure, out / "regret.png"))
     axes = plot_communication(run_dir)
     paths.append(_save(axes[0].figure, out / "communication.png"))
+    if manifest.get("config", {}).get("plot", {}).get("regret_over_log_t", False):
+        ax = plot_regret(run_dir, log_x=True, over_log_t=True)
+        paths.append(_save(ax.figure, out / "regret_over_log_t.png"))
     return paths
 
 

@@ -8,7 +8,8 @@ Layout of ``results/NAME/<timestamp>/``::
     runs/ALGO/seed_K.comm.csv    round, kind, direction, t, messages, scalars, bytes
     runs/ALGO/seed_K.clients.csv client_id, regret, pulls (at the horizon)
     runs/ALGO/seed_K.json        totals and timing; written last: marks the seed done
-    summary.json                 per algorithm: final regret, CI, communication, checkpoints
+    summary.json                 per algorithm: final regret, CI, communication, checkpoints,
+                                 R(T)/R(T/2) averaged over seeds
     plots/regret.png, plots/communication.png
 
 Every file is written to a temporary name and renamed, so a file is whole or absent.
@@ -164,6 +165,9 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         ):
             values = [i["totals"][key] for i in infos]
             entry[key] = int(values[0]) if len(set(values)) == 1 else float(np.mean(values))
+        half = int(np.searchsorted(t, horizon // 2))
+        if t[half] == horizon // 2 and np.all(curves[:, half] > 0):
+            entry["regret_growth_last_doubling"] = float(np.mean(curves[:, -1] / curves[:, half]))
         index = np.searchsorted(t, checkpoint_times(horizon))
         entry["regret_checkpoints"] = {
             str(int(t[i])): float(curves[:, i].mean()) for i in index if i < len(t)

@@ -180,3 +180,17 @@ def test_sigint_leaves_whole_files_and_the_run_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr.decode()
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
     assert len(list(out.rglob("runs/*/*.json"))) == 24
+
+
+def test_contextual_experiment_reports_diversity_and_growth(tmp_path):
+    config = load_experiment("contextual_tiny", ["seeds=1", "horizon=256"])
+    out = runner.run_experiment(config, tmp_path / "ctx", workers=1, progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {"lambda_0", "margin", "gap_min_sampled"} <= set(manifest["instance"])
+    summary = json.loads((out / "summary.json").read_text())
+    for algorithm in config.algorithms:
+        assert summary[algorithm]["regret_growth_last_doubling"] >= 1.0
+    assert summary["central_linucb"]["uplink_scalars"] > summary["dislinucb"]["uplink_scalars"]
+    assert (out / "plots" / "regret_over_log_t.png").stat().st_size > 10_000
+    ax = plot_regret(out, over_log_t=True)
+    assert ax.get_ylabel() == "R(T)/M / log T"
