@@ -192,29 +192,34 @@ def test_contextual_algorithms_refuse_fixed_instances_and_vice_versa():
 
 
 def test_linucb_d_flattens_on_diverse_contexts_but_not_on_few_points():
-    """Small, fast version of the LinUCB-d headline (Wu et al. 2020): R(T) / R(T/2)."""
+    """Small, fast version of the LinUCB-d headline (Wu et al. 2020): R(T) / R(T/2) averaged
+    over two seeds (each seed its own instance draw and reward noise)."""
 
     def growth(contexts, margin):
-        instance = contextual_instance(
-            ContextualParams(
-                contexts=contexts,
-                margin=margin,
-                num_clients=4,
-                num_arms=3,
-                dim=3,
-                noise_sigma=0.5,
-                num_points=3,
-                seed=5,
-                balance_draws=32,
+        ratios = []
+        for seed in (5, 6):
+            instance = contextual_instance(
+                ContextualParams(
+                    contexts=contexts,
+                    margin=margin,
+                    num_clients=4,
+                    num_arms=3,
+                    dim=3,
+                    noise_sigma=0.5,
+                    num_points=3,
+                    seed=seed,
+                    balance_draws=32,
+                )
             )
-        )
-        curve = simulate(instance, "linucb_d", 2**14, [0, 0]).regret.mean_cumulative_regret()
-        return curve[-1] / curve[2**13 - 1]
+            result = simulate(instance, "linucb_d", 2**14, [0, seed])
+            curve = result.regret.mean_cumulative_regret()
+            ratios.append(curve[-1] / curve[2**13 - 1])
+        return np.mean(ratios)
 
     diverse = growth("gaussian", 0.1)
     few_points = growth("points", 0.0)
-    assert diverse < 1.01  # measured 1.000
-    assert few_points > 1.05  # measured 1.11
+    assert diverse < 1.01
+    assert few_points > 1.05
 
 
 def test_balanced_draw_raises_the_diversity_constant():
