@@ -70,21 +70,32 @@ def plot_communication(run_dir: Path, axes: np.ndarray | None = None) -> np.ndar
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, direction in zip(axes, ("uplink", "downlink"), strict=True):
+        silent = []
         for algorithm in manifest["algorithms"]:
             seeds = completed_seeds(run_dir, algorithm, manifest["seeds"])
             if not seeds:
                 continue
             t, total = communication_curve(run_dir, algorithm, seeds[0], direction)
             if total.size == 0 or total[-1] == 0:
-                ax.plot([], [], label=f"{algorithm} (none)")
+                silent.append(algorithm)
                 continue
             ax.step(t, total, where="post", marker=".", label=algorithm)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        if ax.lines:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.legend(fontsize="small")
+        if silent:
+            ax.text(
+                0.02,
+                0.02,
+                "no communication: " + ", ".join(silent),
+                transform=ax.transAxes,
+                fontsize="small",
+                va="bottom",
+            )
         ax.set_xlabel("T (pulls per client)")
         ax.set_ylabel(f"cumulative {direction} scalars per client")
         ax.grid(ls="--", alpha=0.5)
-        ax.legend(fontsize="small")
     return axes
 
 

@@ -194,3 +194,9 @@ def test_contextual_experiment_reports_diversity_and_growth(tmp_path):
     assert (out / "plots" / "regret_over_log_t.png").stat().st_size > 10_000
     ax = plot_regret(out, over_log_t=True)
     assert ax.get_ylabel() == "R(T)/M / log T"
+
+
+def test_plots_of_an_experiment_without_communication(tmp_path):
+    config = load_experiment("contextual_tiny", ["seeds=1", "horizon=64", 'algorithms=["greedy"]'])
+    out = runner.run_experiment(config, tmp_path / "silent", workers=1, progress=False)
+    assert (out / "plots" / "communication.png").stat().st_size > 5_000
