@@ -47,6 +47,8 @@ class ContextualEnvironment:
         self._regret = np.zeros(n)
         self._diff = np.zeros(self.horizon + 1)
         self._pos = CHUNK
+        self._offsets = np.arange(n) * instance.num_arms
+        self._all_active = instance.params.participation == 1.0
         self._contexts = self._means = self._noise = self._active = np.empty(0)
 
     @property
@@ -67,6 +69,8 @@ class ContextualEnvironment:
             coins.append(rng.random(CHUNK) if p.participation < 1 else np.zeros(CHUNK))
         self._contexts = np.stack(contexts, axis=1)  # (CHUNK, n, 1 or K, d)
         self._means = np.stack(means, axis=1)  # (CHUNK, n, K)
+        gap_units = np.round((self._means.max(axis=2, keepdims=True) - self._means) * REGRET_SCALE)
+        self._gap_units = gap_units.reshape(CHUNK, -1)  # (CHUNK, n K), integer-valued
         self._noise = np.stack(noise, axis=1)
         self._active = np.stack(coins, axis=1) < p.participation
         self._pos = 0
@@ -82,13 +86,14 @@ class ContextualEnvironment:
     def pull(self, arms: np.ndarray) -> np.ndarray:
         """The active clients pull ``arms`` (n,) (ignored for inactive ones); rewards (n,), and the
         round ends. Rewards of inactive clients are 0."""
-        means = self._means[self._pos]
         active = self._active[self._pos]
-        rows = np.arange(len(arms))
-        chosen = means[rows, arms]
-        rewards = np.where(active, chosen + self.noise_sigma * self._noise[self._pos], 0.0)
-        gaps = np.where(active, means.max(axis=1) - chosen, 0.0)
-        units = np.round(gaps * REGRET_SCALE)
+        flat = self._offsets + arms
+        chosen = self._means[self._pos].reshape(-1)[flat]
+        rewards = chosen + self.noise_sigma * self._noise[self._pos]
+        units = self._gap_units[self._pos][flat]
+        if not self._all_active:
+            rewards = np.where(active, rewards, 0.0)
+            units = np.where(active, units, 0.0)
         self._regret += units / REGRET_SCALE
         total = units.sum()
         self._diff[self.round] += total

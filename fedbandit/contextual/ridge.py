@@ -65,12 +65,22 @@ class RidgeLearners:
         ).copy()
         self.target = np.zeros((num_clients, num_groups, dim))
         self.theta = np.zeros((num_clients, num_groups, dim))
+        self._identity: dict[bytes, bool] = {}
         self.logdet = np.full((num_clients, num_groups), dim * math.log(regularization))
         self.updates = 0
 
     def estimates(self) -> np.ndarray:
         """theta_hat = V^{-1} b, (n, G, d) (kept up to date by every update)."""
         return self.theta
+
+    def _per_arm(self, group: np.ndarray) -> bool:
+        """Whether ``group`` is the identity (one model per arm); cached by its contents."""
+        key = group.tobytes()
+        if key not in self._identity:
+            self._identity[key] = len(group) == self.theta.shape[1] and bool(
+                np.array_equal(group, np.arange(len(group)))
+            )
+        return self._identity[key]
 
     def _by_arm(self, values: np.ndarray, group: np.ndarray) -> np.ndarray:
         """Per-group arrays seen per arm without copying when groups are trivial."""
@@ -162,7 +172,12 @@ def radius(
         return np.full(shape, alpha)
     if rule == "zero":
         return np.zeros(shape)
-    delta_t = delta if schedule == "constant" else 1.0 / np.maximum(step, 1)[:, None] ** 2
+    if schedule == "constant":
+        delta_t: float | np.ndarray = delta
+    elif step.min() == step.max():
+        delta_t = 1.0 / max(int(step[0]), 1) ** 2  # every client at the same step: a scalar
+    else:
+        delta_t = 1.0 / np.maximum(step, 1)[:, None] ** 2
     return self_normalized_radius(
         learners.logdet, learners.dim, learners.regularization, sigma, theta_bound, delta_t
     )
