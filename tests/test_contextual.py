@@ -67,6 +67,40 @@ def test_linucb_index_by_hand():
     np.testing.assert_allclose(general, index)
 
 
+def test_compiled_kernels_match_the_numpy_mathematics():
+    from fedbandit.contextual.kernels import context_means
+
+    rng = np.random.default_rng(7)
+    learners = RidgeLearners(20, 4, 3, regularization=1.0)
+    for _ in range(30):
+        learners.update(
+            np.arange(20),
+            rng.integers(0, 4, 20),
+            rng.standard_normal((20, 3)),
+            rng.standard_normal(20),
+        )
+    contexts = rng.standard_normal((20, 4, 3))
+    radius = rng.uniform(0, 2, size=(20, 4))
+    group = np.arange(4)
+    np.testing.assert_array_equal(
+        learners.select(contexts, group, radius),
+        learners.indices(contexts, group, radius).argmax(axis=1),
+    )
+    shared = np.zeros(4, dtype=np.int64)
+    np.testing.assert_array_equal(
+        learners.select(contexts, shared, radius),
+        learners.indices(contexts, shared, radius).argmax(axis=1),
+    )
+    thetas = rng.standard_normal((4, 3))
+    np.testing.assert_allclose(
+        context_means(contexts, thetas), np.einsum("ckd,kd->ck", contexts, thetas), atol=1e-12
+    )
+    compact = contexts[:, :1]
+    np.testing.assert_allclose(
+        context_means(np.ascontiguousarray(compact), thetas), compact[:, 0] @ thetas.T, atol=1e-12
+    )
+
+
 def test_self_normalized_radius_by_hand():
     # sigma sqrt(2 log(1/delta) + log det V - d log lambda) + sqrt(lambda) S
     value = self_normalized_radius(np.array([[math.log(8.0)]]), 2, 2.0, 0.5, 3.0, 0.1)

@@ -114,9 +114,8 @@ class FederatedRidgeClient(ClientLogic):
         contexts, active = self.env.observe()
         arms = self.policy.select(contexts)
         rewards = self.env.pull(arms)
-        rows, groups, outer = self.policy.update(contexts, active, arms, rewards)
-        x = contexts[rows, arms[rows]]
-        self.pending_gram[rows, groups] += outer
+        rows, groups, x = self.policy.update(contexts, active, arms, rewards)
+        self.pending_gram[rows, groups] += x[:, :, None] * x[:, None, :]
         self.pending_target[rows, groups] += rewards[rows, None] * x
         self.pending_count[rows, groups] += 1
         self.since_sync += 1

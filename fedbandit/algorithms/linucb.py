@@ -92,18 +92,18 @@ class RidgePolicy:
             delta=self.params.delta,
             schedule=self.schedule,
         )
-        return self.learners.indices(contexts, self.group, rad).argmax(axis=1)
+        return self.learners.select(contexts, self.group, rad)
 
     def update(
         self, contexts: np.ndarray, active: np.ndarray, arms: np.ndarray, rewards: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Learn from the active clients' pulls; returns (rows, groups, outer products)."""
+        """Learn from the active clients' pulls; returns (rows, groups, contexts pulled)."""
         rows = np.flatnonzero(active) if not active.all() else np.arange(len(active))
         x = contexts[rows, arms[rows]]
         groups = self.group[arms[rows]]
-        outer = self.learners.update(rows, groups, x, rewards[rows])
+        self.learners.update(rows, groups, x, rewards[rows])
         self.steps += active
-        return rows, groups, outer
+        return rows, groups, x
 
 
 class LocalServer(ServerLogic):

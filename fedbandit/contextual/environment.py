@@ -63,8 +63,9 @@ class ContextualEnvironment:
         p = self.instance.params
         contexts, means, noise, coins = [], [], [], []
         for rng in self._rngs:
-            contexts.append(self.instance.sample_contexts(rng, CHUNK))
-            means.append(self.instance.means(contexts[-1]))
+            chunk, chunk_means = self.instance.sample_contexts_and_means(rng, CHUNK)
+            contexts.append(chunk)
+            means.append(chunk_means)
             noise.append(rng.standard_normal(CHUNK))
             coins.append(rng.random(CHUNK) if p.participation < 1 else np.zeros(CHUNK))
         self._contexts = np.stack(contexts, axis=1)  # (CHUNK, n, 1 or K, d)

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fedbandit.contextual.kernels import context_means
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
 
 #: Rejection sampling gives up when fewer than this fraction of draws survive the margin.
@@ -119,9 +120,10 @@ class ContextualInstance:
     def means(self, contexts: np.ndarray) -> np.ndarray:
         """mu_k = x_k^T theta_k for contexts of shape (..., K, d) or compact (..., 1, d).
 
-        Element-wise products summed over d (not a matrix product), so a value never depends on
-        how many contexts are evaluated together (BLAS blocking would change the rounding)."""
-        return (contexts * self.thetas).sum(axis=-1)
+        A compiled loop rather than a matrix product, so a value never depends on how many
+        contexts are evaluated together (BLAS blocking would change the rounding)."""
+        flat = np.ascontiguousarray(contexts).reshape(-1, *contexts.shape[-2:])
+        return context_means(flat, self.thetas).reshape(*contexts.shape[:-2], self.num_arms)
 
     def expand(self, compact: np.ndarray) -> np.ndarray:
         """Compact contexts (..., context_rows, d) as per-arm contexts (..., K, d) (a view)."""
@@ -129,22 +131,32 @@ class ContextualInstance:
 
     def sample_contexts(self, rng: np.random.Generator, count: int) -> np.ndarray:
         """``count`` compact contexts (count, context_rows, d) that respect the margin."""
+        return self.sample_contexts_and_means(rng, count)[0]
+
+    def sample_contexts_and_means(
+        self, rng: np.random.Generator, count: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` compact contexts that respect the margin, and their means (count, K)."""
         out = np.empty((count, self.context_rows, self.dim))
+        means = np.empty((count, self.num_arms))
         filled, drawn = 0, 0
         while filled < count:
             batch = self._raw(rng, (count - filled) * 5 // 4 + 16)
+            batch_means = self.means(batch)
             drawn += len(batch)
             if self.params.margin > 0:
-                batch = batch[top_two_gap(self.means(batch)) >= self.params.margin]
+                keep = top_two_gap(batch_means) >= self.params.margin
+                batch, batch_means = batch[keep], batch_means[keep]
             take = min(len(batch), count - filled)
             out[filled : filled + take] = batch[:take]
+            means[filled : filled + take] = batch_means[:take]
             filled += take
             if drawn > 64 and filled < MIN_ACCEPTANCE * drawn:
                 raise ValueError(
                     f"margin {self.params.margin} rejects nearly every context of this instance "
                     f"({filled} of {drawn} kept); lower instance.margin"
                 )
-        return out
+        return out, means
 
     def diversity(self, samples: int = 20000, seed: int = 12345) -> dict[str, float]:
         """Monte Carlo lambda_0 and the empirical top-two gap quantiles of the context law."""

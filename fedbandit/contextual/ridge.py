@@ -16,6 +16,8 @@ from typing import Literal
 
 import numpy as np
 
+from fedbandit.contextual.kernels import ridge_update, select_arms
+
 
 def sherman_morrison(
     inverse: np.ndarray, x: np.ndarray
@@ -112,27 +114,30 @@ class RidgeLearners:
         mean = (theta * contexts).sum(axis=2)
         return mean + self._by_arm(radius, group) * np.sqrt(width)
 
+    def select(self, contexts: np.ndarray, group: np.ndarray, radius: np.ndarray) -> np.ndarray:
+        """argmax_k of ``indices`` per client, by the compiled kernel (first maximum on ties)."""
+        arms = np.empty(len(contexts), dtype=np.int64)
+        select_arms(self.inverse, self.theta, contexts, group, radius, arms)
+        return arms
+
     def update(
         self, rows: np.ndarray, groups: np.ndarray, x: np.ndarray, rewards: np.ndarray
-    ) -> np.ndarray:
-        """Add (x, r) to group ``groups[j]`` of client ``rows[j]``; returns the outer products."""
-        outer = x[:, :, None] * x[:, None, :]
-        num_groups, d = self.theta.shape[1:]
-        flat = rows * num_groups + groups
-        gram = self.gram.reshape(-1, d, d)
-        target = self.target.reshape(-1, d)
-        inverses = self.inverse.reshape(-1, d, d)
-        gram[flat] += outer
-        target[flat] += rewards[:, None] * x
-        inverse, quad, gain = sherman_morrison(inverses[flat], x)
-        inverses[flat] = inverse
-        theta = self.theta.reshape(-1, d)
-        theta[flat] += (rewards - (x * theta[flat]).sum(axis=1))[:, None] * gain
-        self.logdet.reshape(-1)[flat] += np.log1p(quad)
+    ) -> None:
+        """Add (x, r) to group ``groups[j]`` of client ``rows[j]`` (compiled kernel)."""
+        ridge_update(
+            self.inverse,
+            self.theta,
+            self.gram,
+            self.target,
+            self.logdet,
+            np.ascontiguousarray(rows, dtype=np.int64),
+            np.ascontiguousarray(groups, dtype=np.int64),
+            np.ascontiguousarray(x, dtype=np.float64),
+            np.ascontiguousarray(rewards, dtype=np.float64),
+        )
         self.updates += 1
         if self.updates % self.refresh_every == 0:
             self.refresh()
-        return outer
 
     def refresh(self, rows: np.ndarray | slice = slice(None)) -> None:
         """Recompute V^{-1} and log det V from V (after a download, or periodically)."""
