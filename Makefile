@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NAME ?= fedpe_synthetic
 ARGS ?=
+# A user-supplied data file or folder for experiments that need one, e.g.
+#   make experiment NAME=fedpe_movielens DATA=/path/to/ml-100k
+DATA ?=
 
 # Flower phones home and installs run-time dependencies unless told not to.
 export FLWR_TELEMETRY_ENABLED := 0
@@ -25,7 +28,7 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 experiment: $(STAMP)
-	$(BIN)/fedbandit run $(NAME) $(ARGS)
+	$(BIN)/fedbandit run $(NAME) $(if $(DATA),--set 'instance.path=$(DATA)') $(ARGS)
 
 list: $(STAMP)
 	$(BIN)/fedbandit list

@@ -16,6 +16,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedbandit.contextual.instances import ContextualParams, contextual_instance
+from fedbandit.datasets import (
+    MovieLensParams,
+    SklearnParams,
+    TableParams,
+    movielens_instance,
+    sklearn_instance,
+    table_instance,
+)
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
 
 
@@ -174,6 +182,9 @@ INSTANCE_KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
     "paper_synthetic": (PaperSyntheticParams, paper_synthetic),
     "synthetic": (SyntheticParams, synthetic),
     "contextual": (ContextualParams, contextual_instance),
+    "movielens100k": (MovieLensParams, movielens_instance),
+    "sklearn": (SklearnParams, sklearn_instance),
+    "table": (TableParams, table_instance),
 }
 
 
