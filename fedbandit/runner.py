@@ -90,6 +90,13 @@ def run_task(config_data: dict[str, Any], algorithm: str, seed: int, run_dir: st
     return result.seconds
 
 
+def remove_stale_temporaries(run_dir: Path) -> None:
+    """Delete temporary files an interrupted writer left behind (final files are never partial:
+    they appear only by an atomic rename)."""
+    for stale in run_dir.rglob(".*.tmp*"):
+        stale.unlink(missing_ok=True)
+
+
 def _prepare(config: ExperimentConfig, run_dir: Path, workers: int) -> dict[str, Any]:
     """Create or reopen the run folder; refuses to mix two different experiments in one folder."""
     config_path = run_dir / "config.toml"
@@ -108,6 +115,7 @@ def _prepare(config: ExperimentConfig, run_dir: Path, workers: int) -> dict[str,
                 f"{run_dir} holds a run of a different configuration (keys differing: "
                 f"{', '.join(sorted(differs))}); choose another --out"
             )
+        remove_stale_temporaries(run_dir)
     else:
         manifest = {"created": dt.datetime.now().isoformat(timespec="seconds")}
     instance = build_instance(config.instance)
@@ -156,28 +164,10 @@ def run_experiment(
     data = config_dict(config)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
     try:
-        if workers == 1:
-            for algorithm, seed in tasks:
-                bar.set_postfix_str(f"{algorithm} seed {seed}")
-                run_task(data, algorithm, seed, str(run_dir))
-                bar.update()
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = {
-                    pool.submit(run_task, data, a, s, str(run_dir)): (a, s) for a, s in tasks
-                }
-                pending = set(futures)
-                try:
-                    while pending:
-                        done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                        for future in done:
-                            future.result()
-                            algorithm, seed = futures[future]
-                            bar.set_postfix_str(f"{algorithm} seed {seed}")
-                            bar.update()
-                except BaseException:
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    raise
+        _run_tasks(tasks, data, run_dir, workers, bar)
+    except BaseException:
+        remove_stale_temporaries(run_dir)  # workers have stopped: nothing is being written
+        raise
     finally:
         bar.close()
     manifest["status"] = "complete"
@@ -188,6 +178,33 @@ def run_experiment(
 
     plot_run(run_dir)
     return run_dir
+
+
+def _run_tasks(
+    tasks: list[tuple[str, int]], data: dict[str, Any], run_dir: Path, workers: int, bar: tqdm
+) -> None:
+    """Run the (algorithm, seed) tasks, inline or in a process pool, advancing ``bar``."""
+
+    if workers == 1:
+        for algorithm, seed in tasks:
+            bar.set_postfix_str(f"{algorithm} seed {seed}")
+            run_task(data, algorithm, seed, str(run_dir))
+            bar.update()
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run_task, data, a, s, str(run_dir)): (a, s) for a, s in tasks}
+            pending = set(futures)
+            try:
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        future.result()
+                        algorithm, seed = futures[future]
+                        bar.set_postfix_str(f"{algorithm} seed {seed}")
+                        bar.update()
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
 
 
 def summary_table(summary: dict[str, Any]) -> str:

@@ -86,9 +86,12 @@ def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch)
     assert main(["plot", str(out)]) == 0  # plots of what finished, marked incomplete
     assert plot_regret(out).get_title() == "fedpe_tiny [incomplete]"
 
+    stale = out / "runs" / "fedpe" / ".seed_0.json.k3j2.tmp"  # as a killed writer leaves it
+    stale.write_text("{")
     monkeypatch.setattr(runner, "run_task", real)
     calls.clear()
     resumed = runner.run_experiment(tiny(), out, workers=1, progress=False)
+    assert not stale.exists()
     assert json.loads((resumed / "manifest.json").read_text())["status"] == "complete"
     summary = json.loads((resumed / "summary.json").read_text())
     assert set(summary) >= {"fedpe", "fedpe_enhanced", "collaborative", "local_ucb"}
