@@ -1,7 +1,8 @@
 """Benchmarks behind ``make bench`` / ``fedbandit bench NAME [--json]``.
 
 Figures are wall-clock seconds on this machine, measured side by side in one process where a
-ratio is reported; interpreter start-up is excluded. Peak memory is measured in a fresh child
+ratio is reported; interpreter start-up is excluded. BLAS runs single-threaded, as in every
+fedbandit command (see ``fedbandit.threads``). Peak memory is measured in a fresh child
 process (its ``ru_maxrss``), so earlier benchmarks do not inflate it.
 """
 
@@ -18,6 +19,8 @@ import numpy as np
 
 _SCALE_CHILD = """
 import json, resource, sys, time
+from fedbandit.threads import single_threaded_blas
+single_threaded_blas()
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
 from fedbandit.simulation import simulate
 M, T, K, d = (int(v) for v in sys.argv[1:5])

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from fedbandit.config import ConfigError, available_experiments, load_experiment
+from fedbandit.threads import single_threaded_blas
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    single_threaded_blas()
     try:
         return args.func(args)
     except ConfigError as err:

@@ -35,6 +35,7 @@ from fedbandit.results import (
 )
 from fedbandit.rng import run_entropy
 from fedbandit.simulation import simulate
+from fedbandit.threads import single_threaded_blas
 
 RESULTS_ROOT = Path("results")
 
@@ -50,6 +51,7 @@ def config_dict(config: ExperimentConfig) -> dict[str, Any]:
 
 def run_task(config_data: dict[str, Any], algorithm: str, seed: int, run_dir: str) -> float:
     """Run one (algorithm, seed) and write its files; returns the seconds it took."""
+    single_threaded_blas()
     config = validate_experiment(config_data)
     instance = build_instance(config.instance)
     result = simulate(
