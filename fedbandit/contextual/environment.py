@@ -62,8 +62,8 @@ class ContextualEnvironment:
     def _refill(self) -> None:
         p = self.instance.params
         contexts, means, noise, coins = [], [], [], []
-        for rng in self._rngs:
-            chunk, chunk_means = self.instance.sample_contexts_and_means(rng, CHUNK)
+        for client_id, rng in zip(self.client_ids, self._rngs, strict=True):
+            chunk, chunk_means = self.instance.sample_contexts_and_means(rng, CHUNK, int(client_id))
             contexts.append(chunk)
             means.append(chunk_means)
             noise.append(rng.standard_normal(CHUNK))

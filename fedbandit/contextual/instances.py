@@ -134,9 +134,11 @@ class ContextualInstance:
         return self.sample_contexts_and_means(rng, count)[0]
 
     def sample_contexts_and_means(
-        self, rng: np.random.Generator, count: int
+        self, rng: np.random.Generator, count: int, client_id: int = 0
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``count`` compact contexts that respect the margin, and their means (count, K)."""
+        """``count`` compact contexts of client ``client_id`` (the same law for every client here)
+        that respect the margin, and their means (count, K). The environment calls this once per
+        client and chunk with the client's own generator."""
         out = np.empty((count, self.context_rows, self.dim))
         means = np.empty((count, self.num_arms))
         filled, drawn = 0, 0
