@@ -84,6 +84,17 @@ def _group_sum(values: np.ndarray, group: np.ndarray, num_groups: int) -> np.nda
     return out
 
 
+def _pooled_least_squares(
+    counts: np.ndarray, vectors: np.ndarray, targets: np.ndarray, group: np.ndarray, num_groups: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """V_g = sum_{(i,a) in g} n_{i,a} v v^T, theta_g = V_g^+ sum_{(i,a) in g} targets_{i,a};
+    returns (theta (G, d), V^+ (G, d, d), V (G, d, d))."""
+    outer = np.einsum("mk,mkd,mke->mkde", counts, vectors, vectors)
+    gram = _group_sum(outer, group, num_groups)
+    cov = np.linalg.pinv(gram, hermitian=True)
+    return np.einsum("gde,ge->gd", cov, _group_sum(targets, group, num_groups)), cov, gram
+
+
 def aggregate_directions(
     estimates: np.ndarray,
     counts: np.ndarray,
@@ -96,11 +107,9 @@ def aggregate_directions(
     V_g = sum_{(i,a) in g} n_{i,a} u_{i,a} u_{i,a}^T,  theta_g = V_g^+ sum n_{i,a} theta_hat_{i,a},
     W_g = V_g^+. Returns (theta (G, d), W (G, d, d), V (G, d, d)).
     """
-    outer = np.einsum("mk,mkd,mke->mkde", counts, directions, directions)
-    gram = _group_sum(outer, group, num_groups)
-    target = _group_sum(counts[..., None] * estimates, group, num_groups)
-    cov = np.linalg.pinv(gram, hermitian=True)
-    return np.einsum("gde,ge->gd", cov, target), cov, gram
+    return _pooled_least_squares(
+        counts, directions, counts[..., None] * estimates, group, num_groups
+    )
 
 
 def aggregate_least_squares(
@@ -112,11 +121,9 @@ def aggregate_least_squares(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Full-information least squares over all clients (the Collaborative reference):
     V_g = sum n x x^T, theta_g = V_g^+ sum S x with S the reward sums. Returns (theta, W, V)."""
-    outer = np.einsum("mk,mkd,mke->mkde", counts, features, features)
-    gram = _group_sum(outer, group, num_groups)
-    target = _group_sum(reward_sums[..., None] * features, group, num_groups)
-    cov = np.linalg.pinv(gram, hermitian=True)
-    return np.einsum("gde,ge->gd", cov, target), cov, gram
+    return _pooled_least_squares(
+        counts, features, reward_sums[..., None] * features, group, num_groups
+    )
 
 
 def scores_and_widths(

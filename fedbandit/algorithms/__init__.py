@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec
+from fedbandit.algorithms.base import (
+    AlgorithmSpec,
+    Hyperparameters,
+    NoCommunicationServer,
+    ProblemSpec,
+)
 from fedbandit.algorithms.federated_linucb import (
     AsyncParams,
     CentralParams,
@@ -11,8 +16,8 @@ from fedbandit.algorithms.federated_linucb import (
     FederatedRidgeServer,
     FedLinUCBParams,
 )
-from fedbandit.algorithms.linucb import LocalRidgeClient, LocalServer, RidgeParams
-from fedbandit.algorithms.local_ucb import LocalUCBClient, LocalUCBParams, LocalUCBServer
+from fedbandit.algorithms.linucb import LocalRidgeClient, RidgeParams
+from fedbandit.algorithms.local_ucb import LocalUCBClient, LocalUCBParams
 from fedbandit.algorithms.phased_elimination import (
     PhasedEliminationClient,
     PhasedEliminationParams,
@@ -37,7 +42,7 @@ def _local(name: str, description: str, rule: str, schedule: str) -> AlgorithmSp
         name=name,
         description=description,
         params=RidgeParams,
-        make_server=lambda spec, params: LocalServer(spec),
+        make_server=lambda spec, params: NoCommunicationServer(spec),
         make_client=lambda spec, params, env: LocalRidgeClient(spec, params, rule, schedule, env),
         contextual=True,
     )
@@ -83,7 +88,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             name="local_ucb",
             description="Every client runs UCB on its own arms (no communication)",
             params=LocalUCBParams,
-            make_server=lambda spec, params: LocalUCBServer(spec, params),
+            make_server=lambda spec, params: NoCommunicationServer(spec),
             make_client=lambda spec, params, env: LocalUCBClient(spec, params, env),
         ),
         _local(

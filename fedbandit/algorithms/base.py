@@ -9,6 +9,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from fedbandit.environment import BanditEnvironment
+from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
 
 
@@ -59,3 +60,22 @@ class AlgorithmSpec:
                 f"algorithm {self.name!r} assumes one parameter shared by all arms, but the "
                 "instance has disjoint per-arm parameters"
             )
+
+
+class NoCommunicationServer(ServerLogic):
+    """For algorithms whose clients learn alone: one empty start message (not counted as
+    communication), after which each client group runs the whole horizon and replies ``done``."""
+
+    def __init__(self, spec: ProblemSpec) -> None:
+        self.spec = spec
+        self.started = False
+
+    def configure(self) -> Message | None:
+        if self.started:
+            return None
+        self.started = True
+        return Message("start", 0, self.spec.client_ids, {})
+
+    def aggregate(self, reply: Message) -> None:
+        if reply.kind != "done":
+            raise RuntimeError(f"expected 'done' replies, got {reply.kind!r}")

@@ -26,7 +26,7 @@ from fedbandit.algorithms.base import Hyperparameters, ProblemSpec
 from fedbandit.contextual.environment import ContextualEnvironment
 from fedbandit.contextual.ridge import DeltaSchedule, RadiusRule, RidgeLearners, radius
 from fedbandit.federation.messages import Message
-from fedbandit.federation.protocol import ClientLogic, ServerLogic
+from fedbandit.federation.protocol import ClientLogic
 
 
 class RidgeParams(Hyperparameters):
@@ -104,24 +104,6 @@ class RidgePolicy:
         self.learners.update(rows, groups, x, rewards[rows])
         self.steps += active
         return rows, groups, x
-
-
-class LocalServer(ServerLogic):
-    """No communication: one empty start message, then the clients run the whole horizon."""
-
-    def __init__(self, spec: ProblemSpec) -> None:
-        self.spec = spec
-        self.started = False
-
-    def configure(self) -> Message | None:
-        if self.started:
-            return None
-        self.started = True
-        return Message("start", 0, self.spec.client_ids, {})
-
-    def aggregate(self, reply: Message) -> None:
-        if reply.kind != "done":
-            raise RuntimeError(f"expected 'done' replies, got {reply.kind!r}")
 
 
 class LocalRidgeClient(ClientLogic):

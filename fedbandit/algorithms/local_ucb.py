@@ -13,7 +13,7 @@ from pydantic import Field
 from fedbandit.algorithms.base import Hyperparameters, ProblemSpec
 from fedbandit.environment import BanditEnvironment
 from fedbandit.federation.messages import Message
-from fedbandit.federation.protocol import ClientLogic, ServerLogic
+from fedbandit.federation.protocol import ClientLogic
 
 
 class LocalUCBParams(Hyperparameters):
@@ -28,22 +28,6 @@ def ucb_index(sums: np.ndarray, counts: np.ndarray, step: int, sigma: float) -> 
     with np.errstate(divide="ignore", invalid="ignore"):
         index = sums / counts + sigma * np.sqrt(log_term / counts)
     return np.where(counts > 0, index, np.inf)
-
-
-class LocalUCBServer(ServerLogic):
-    def __init__(self, spec: ProblemSpec, params: LocalUCBParams) -> None:
-        self.spec = spec
-        self.started = False
-
-    def configure(self) -> Message | None:
-        if self.started:
-            return None
-        self.started = True
-        return Message("start", 0, self.spec.client_ids, {})
-
-    def aggregate(self, reply: Message) -> None:
-        if reply.kind != "done":
-            raise RuntimeError(f"expected 'done' replies, got {reply.kind!r}")
 
 
 class LocalUCBClient(ClientLogic):
