@@ -20,7 +20,16 @@ import numpy as np
 
 from fedbandit.instances import LinearBanditInstance
 from fedbandit.rng import REWARD_DOMAIN, client_generators
+from fedbandit.state import (
+    collect,
+    generators_from_arrays,
+    generators_to_arrays,
+    restore,
+    strip_prefix,
+    with_prefix,
+)
 
+_MODES = (None, "blocks", "steps")
 #: Noise draws per client per refill for step-by-step pulls (fixed: part of the stream layout).
 NOISE_CHUNK = 4096
 
@@ -135,8 +144,7 @@ class BanditEnvironment:
     def pull_arms(self, arms: np.ndarray) -> np.ndarray:
         """Every client pulls one arm now (all clients at the same step). Returns rewards (n,)."""
         if self._noise_pos == self._noise.shape[1]:
-            self._noise = np.stack([rng.standard_normal(NOISE_CHUNK) for rng in self._rngs])
-            self._noise_pos = 0
+            self._refill_noise()
         t = int(self.pulls[0])
         if self._mode == "blocks" or t >= self.horizon:
             raise RuntimeError("pull_arms needs every client at the same step, before the horizon")
@@ -150,6 +158,34 @@ class BanditEnvironment:
         self._diff[t + 1] -= total
         self.pulls += 1
         return rewards
+
+    def _refill_noise(self) -> None:
+        self._refill_snapshot = generators_to_arrays(self._rngs)
+        self._noise = np.stack([rng.standard_normal(NOISE_CHUNK) for rng in self._rngs])
+        self._noise_pos = 0
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything that changes as the group plays, as arrays. A partly used noise buffer is
+        saved as the generator states it was drawn from, and redrawn on load."""
+        state = collect(self, ("pulls", "_regret", "_diff"))
+        state["mode"] = np.array(_MODES.index(self._mode))
+        buffered = self._noise_pos < self._noise.shape[1]
+        state["noise_pos"] = np.array(self._noise_pos if buffered else -1)
+        generators = self._refill_snapshot if buffered else generators_to_arrays(self._rngs)
+        state.update(with_prefix("rng.", generators))
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        restore(self, ("pulls", "_regret", "_diff"), state)
+        self._mode = _MODES[int(state["mode"])]
+        self._rngs = generators_from_arrays(strip_prefix("rng.", state))
+        position = int(state["noise_pos"])
+        if position >= 0:
+            self._refill_noise()
+            self._noise_pos = position
+        else:
+            self._noise = np.empty((self.num_clients, 0))
+            self._noise_pos = 0
 
     def record(self) -> RegretRecord:
         return RegretRecord(

@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import Field
 
 from fedbandit.algorithms.base import ProblemSpec
-from fedbandit.algorithms.linucb import RidgeParams, RidgePolicy, model_groups
+from fedbandit.algorithms.linucb import POLICY_STATE, RidgeParams, RidgePolicy, model_groups
 from fedbandit.contextual.environment import ContextualEnvironment
 from fedbandit.federation.messages import Message, broadcast
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
@@ -72,6 +72,15 @@ def _logdet(gram: np.ndarray) -> np.ndarray:
 
 class FederatedRidgeClient(ClientLogic):
     """A group of clients running LinUCB on their views; uploads follow the protocol's trigger."""
+
+    STATE = (
+        *POLICY_STATE,
+        "pending_gram",
+        "pending_target",
+        "pending_count",
+        "reference_logdet",
+        "since_sync",
+    )
 
     env: ContextualEnvironment
 

@@ -106,8 +106,22 @@ class RidgePolicy:
         return rows, groups, x
 
 
+#: The state of a ``RidgePolicy`` held as ``policy`` by a client logic.
+POLICY_STATE = (
+    "policy.steps",
+    "policy.learners.gram",
+    "policy.learners.inverse",
+    "policy.learners.target",
+    "policy.learners.theta",
+    "policy.learners.logdet",
+    "policy.learners.updates",
+)
+
+
 class LocalRidgeClient(ClientLogic):
     """Every client of the group runs its own learner over all rounds, vectorised."""
+
+    STATE = POLICY_STATE
 
     env: ContextualEnvironment
 

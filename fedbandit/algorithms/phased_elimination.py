@@ -240,6 +240,8 @@ class PhasedEliminationServer(ServerLogic):
 class PhasedEliminationClient(ClientLogic):
     """A group of clients: eliminates arms locally and explores by the server's design."""
 
+    STATE = ("active", "explored_phase", "min_sq_norm", "sum_scores", "sum_widths", "total_length")
+
     def __init__(
         self,
         spec: ProblemSpec,
@@ -260,7 +262,7 @@ class PhasedEliminationClient(ClientLogic):
             self.alpha = fedpe_alpha(spec.num_clients, K, num_phases, spec.dim)
         else:
             self.alpha = enhanced_alpha(spec.num_clients, K, spec.dim)
-        self.min_sq_norm: float | None = None
+        self.min_sq_norm = float("nan")  # l = min ||x||^2, sent by the server in phase 1
         self.explored_phase = -1
         # Enhanced / Collaborative accumulators (reference code: mu1, mu2 starts at d K / M, N).
         self.sum_scores = np.zeros((n, K))
@@ -323,7 +325,7 @@ class PhasedEliminationClient(ClientLogic):
         scores, widths = scores_and_widths(self.features[rows], theta, cov)
         active = self.active[rows]
         scale = self.min_sq_norm if self.variant.estimator == "direction" else 1.0
-        if scale is None:
+        if np.isnan(scale):
             raise RuntimeError("eliminate message arrived before the server sent l = min ||x||^2")
         if self.variant.elimination == "phase":
             keep = eliminate_phase(scores, widths, active, self.alpha, scale, self.sigma)

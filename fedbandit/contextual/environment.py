@@ -15,6 +15,14 @@ import numpy as np
 from fedbandit.contextual.instances import ContextualInstance
 from fedbandit.environment import RegretRecord
 from fedbandit.rng import REWARD_DOMAIN, client_generators
+from fedbandit.state import (
+    collect,
+    generators_from_arrays,
+    generators_to_arrays,
+    restore,
+    strip_prefix,
+    with_prefix,
+)
 
 #: Rounds drawn per refill (part of the stream layout: changing it changes results).
 CHUNK = 1024
@@ -60,6 +68,7 @@ class ContextualEnvironment:
         return self.instance.num_arms
 
     def _refill(self) -> None:
+        self._refill_snapshot = generators_to_arrays(self._rngs)
         p = self.instance.params
         contexts, means, noise, coins = [], [], [], []
         for client_id, rng in zip(self.client_ids, self._rngs, strict=True):
@@ -103,6 +112,26 @@ class ContextualEnvironment:
         self.round += 1
         self._pos += 1
         return rewards
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything that changes as the group plays, as arrays. A partly used chunk is saved as
+        the generator states it was drawn from, and redrawn on load."""
+        state = collect(self, ("round", "pulls", "_regret", "_diff"))
+        buffered = self._pos < CHUNK
+        state["chunk_pos"] = np.array(self._pos if buffered else -1)
+        generators = self._refill_snapshot if buffered else generators_to_arrays(self._rngs)
+        state.update(with_prefix("rng.", generators))
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        restore(self, ("round", "pulls", "_regret", "_diff"), state)
+        self._rngs = generators_from_arrays(strip_prefix("rng.", state))
+        position = int(state["chunk_pos"])
+        if position >= 0:
+            self._refill()
+            self._pos = position
+        else:
+            self._pos = CHUNK
 
     def record(self) -> RegretRecord:
         if np.abs(self._diff).max(initial=0.0) >= 2.0**52:

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import numpy as np
+
 from fedbandit.environment import BanditEnvironment, RegretRecord
 from fedbandit.federation.messages import Message
+from fedbandit.state import collect, restore, strip_prefix, with_prefix
 
 
 class ServerLogic(ABC):
@@ -31,7 +34,14 @@ class ServerLogic(ABC):
 
 
 class ClientLogic(ABC):
-    """Client hooks for one group of logical clients that share an environment."""
+    """Client hooks for one group of logical clients that share an environment.
+
+    ``STATE`` lists the attributes (dotted paths allowed) that change between messages: with the
+    environment's own state they let a fresh process rebuild the group (``load_state_dict``), as a
+    Flower deployment must for every message.
+    """
+
+    STATE: tuple[str, ...] = ()
 
     def __init__(self, env: BanditEnvironment) -> None:
         self.env = env
@@ -43,6 +53,18 @@ class ClientLogic(ABC):
     @abstractmethod
     def handle(self, message: Message) -> Message:
         """Answer a message addressed to (a subset of) this group's clients."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The group's state (environment and algorithm) as NumPy arrays, no objects."""
+        return {
+            **with_prefix("env.", self.env.state_dict()),
+            **with_prefix("logic.", collect(self, self.STATE)),
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Continue exactly where the group whose ``state_dict`` this is left off."""
+        self.env.load_state_dict(strip_prefix("env.", state))
+        restore(self, self.STATE, strip_prefix("logic.", state))
 
     def regret_record(self) -> RegretRecord:
         """The environment's record of the true regret (a measurement, not communication)."""
