@@ -17,9 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedbandit.contextual.instances import ContextualParams, contextual_instance
 from fedbandit.datasets import (
+    ClassificationContextualParams,
     MovieLensParams,
     SklearnParams,
     TableParams,
+    classification_contextual_instance,
     movielens_instance,
     sklearn_instance,
     table_instance,
@@ -185,6 +187,10 @@ INSTANCE_KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
     "movielens100k": (MovieLensParams, movielens_instance),
     "sklearn": (SklearnParams, sklearn_instance),
     "table": (TableParams, table_instance),
+    "classification_contextual": (
+        ClassificationContextualParams,
+        classification_contextual_instance,
+    ),
 }
 
 

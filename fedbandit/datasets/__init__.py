@@ -2,13 +2,21 @@
 
 - ``movielens100k``: MovieLens-100K through the Fed-PE paper's pipeline (the user's own file);
 - ``sklearn``: scikit-learn's bundled classification sets (digits, wine, breast_cancer, iris);
-- ``table``: the user's classification table (.csv, .csv.gz, .npy, .npz).
+- ``table``: the user's classification table (.csv, .csv.gz, .npy, .npz);
+- ``classification_contextual``: either of the last two as a contextual bandit (one sample per
+  round from the client's own non-IID partition; reward 1{arm = label}).
 
 Builders import ``fedbandit.instances`` only when called, so ``fedbandit.instances`` can import
 this package to register the kinds without an import cycle.
 """
 
 from fedbandit.datasets.common import DatasetError, MissingDataError
+from fedbandit.datasets.contextual import (
+    ClassificationContextualParams,
+    TabularContextualInstance,
+    build_classification_contextual,
+    classification_contextual_instance,
+)
 from fedbandit.datasets.movielens import MovieLensParams, build_movielens, movielens_instance
 from fedbandit.datasets.tables import (
     SklearnParams,
@@ -21,14 +29,18 @@ from fedbandit.datasets.tables import (
 )
 
 __all__ = [
+    "ClassificationContextualParams",
     "DatasetError",
     "MissingDataError",
     "MovieLensParams",
     "SklearnParams",
     "TableParams",
+    "TabularContextualInstance",
+    "build_classification_contextual",
     "build_movielens",
     "build_sklearn",
     "build_table",
+    "classification_contextual_instance",
     "load_table",
     "movielens_instance",
     "sklearn_instance",

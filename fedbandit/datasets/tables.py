@@ -316,16 +316,15 @@ def fit_thetas(design: np.ndarray, onehot: np.ndarray, ridge: float, intercept: 
     return np.linalg.solve(design.T @ design + penalty, design.T @ onehot).T
 
 
-def classification_instance(data: LabelledData, params: _ClassificationParams, name: str) -> Any:
-    """The fixed-context instance of labelled data (steps 1-5 of the module docstring)."""
-    from sklearn.cluster import KMeans
-    from sklearn.decomposition import PCA
+def select_classes(
+    data: LabelledData, wanted: list[str | int] | None
+) -> tuple[LabelledData, list[str]]:
+    """Keep the samples of the ``wanted`` labels (default: every label, sorted) and the class order.
 
-    source = data.source
-    labels = data.labels
-    X = data.X
-    if params.classes is not None:
-        classes = [str(c) for c in params.classes]
+    Errors: a wanted label without samples, or a single class (a bandit needs >= 2 arms)."""
+    source, labels, X = data.source, data.labels, data.X
+    if wanted is not None:
+        classes = [str(c) for c in wanted]
         for c in classes:
             if not np.any(labels == c):
                 present = ", ".join(_class_order(labels)[:20])
@@ -339,32 +338,69 @@ def classification_instance(data: LabelledData, params: _ClassificationParams, n
         classes = _class_order(labels)
     if len(classes) < 2:
         raise DatasetError(f"{source}: only one class ({classes[0]!r}); a bandit needs >= 2 arms")
-    n, p = X.shape
-    M = params.num_clients
-    if n < M:
-        raise DatasetError(
-            f"{source}: too few samples for the requested clients: {n} samples, num_clients = {M}"
-        )
+    return LabelledData(X, labels, data.feature_names, source), classes
+
+
+@dataclass(frozen=True)
+class Design:
+    """Standardised (and reduced) features Z (n, q), design phi (n, d), integer labels y (n,)."""
+
+    Z: np.ndarray
+    design: np.ndarray
+    y: np.ndarray
+    usable: int
+    explained: float
+
+
+def standardised_design(
+    data: LabelledData, classes: list[str], dim: int | None, intercept: bool
+) -> Design:
+    """Steps 1-3 of the module docstring: z = (x - mean) / std over all n samples (constant columns
+    dropped), the first q principal components when ``dim`` asks for fewer, phi = (1, z) with an
+    intercept (d = q + 1), else phi = z; labels as indices into ``classes``."""
+    from sklearn.decomposition import PCA
+
+    source, X = data.source, data.X
+    n = X.shape[0]
     mean, std = X.mean(axis=0), X.std(axis=0)
     varying = std > 1e-12 * (1.0 + np.abs(mean))
     if not np.any(varying):
         raise DatasetError(f"{source}: every feature column is constant")
     Z = (X[:, varying] - mean[varying]) / std[varying]
     usable = Z.shape[1]
-    q = usable if params.dim is None else params.dim - int(params.intercept)
+    q = usable if dim is None else dim - int(intercept)
     if q > usable:
         raise DatasetError(
-            f"{source}: dim = {params.dim} needs {q} feature directions, but only {usable} "
-            f"non-constant features exist (dim <= {usable + int(params.intercept)})"
+            f"{source}: dim = {dim} needs {q} feature directions, but only {usable} "
+            f"non-constant features exist (dim <= {usable + int(intercept)})"
         )
     explained = 1.0
     if q < usable:
         pca = PCA(n_components=q, svd_solver="full")
         Z = pca.fit_transform(Z)
         explained = float(pca.explained_variance_ratio_.sum())
-    design = np.hstack([np.ones((n, 1)), Z]) if params.intercept else Z
+    design = np.hstack([np.ones((n, 1)), Z]) if intercept else Z
     index = {c: j for j, c in enumerate(classes)}
-    y = np.array([index[label] for label in labels.tolist()], dtype=np.int64)
+    y = np.array([index[label] for label in data.labels.tolist()], dtype=np.int64)
+    return Design(Z, design, y, usable, explained)
+
+
+def classification_instance(data: LabelledData, params: _ClassificationParams, name: str) -> Any:
+    """The fixed-context instance of labelled data (steps 1-5 of the module docstring)."""
+    from sklearn.cluster import KMeans
+
+    data, classes = select_classes(data, params.classes)
+    source = data.source
+    n, p = data.X.shape
+    M = params.num_clients
+    if n < M:
+        raise DatasetError(
+            f"{source}: too few samples for the requested clients: {n} samples, num_clients = {M}"
+        )
+    built = standardised_design(data, classes, params.dim, params.intercept)
+    Z, design, y = built.Z, built.design, built.y
+    usable, explained = built.usable, built.explained
+    q = Z.shape[1]
     K = len(classes)
     onehot = np.eye(K)[y]
     thetas = fit_thetas(design, onehot, params.ridge, params.intercept)
