@@ -29,7 +29,8 @@ from fedbandit.state import (
     with_prefix,
 )
 
-_MODES = (None, "blocks", "steps")
+#: What the environment has been used for so far (the two kinds of pulls do not mix).
+_NO_PULLS, _BLOCKS, _STEPS = 0, 1, 2
 #: Noise draws per client per refill for step-by-step pulls (fixed: part of the stream layout).
 NOISE_CHUNK = 4096
 
@@ -67,8 +68,89 @@ class RegretRecord:
         return np.cumsum(per_step) / len(self.client_ids)
 
 
-class BanditEnvironment:
+class GroupEnvironment:
+    """What the environment of every client group shares: its clients and their random streams,
+    the regret bookkeeping, and saving and restoring that state as arrays.
+
+    Subclasses that draw randomness ahead in buffers implement ``_draw_buffer``,
+    ``_buffer_position`` (-1 when nothing is buffered) and ``_set_buffer_position``; a partly used
+    buffer is saved as the generator states it was drawn from and redrawn on load.
+    """
+
+    _STATE: tuple[str, ...] = ("pulls", "_regret", "_diff")
+
+    def __init__(
+        self,
+        num_instance_clients: int,
+        client_ids: np.ndarray | Sequence[int],
+        horizon: int,
+        entropy: int | Sequence[int],
+        scale: float,
+    ) -> None:
+        if horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        self.client_ids = np.asarray(client_ids, dtype=np.int64)
+        if self.client_ids.ndim != 1 or len(self.client_ids) == 0:
+            raise ValueError("client_ids must be a non-empty 1-d sequence")
+        if self.client_ids.min() < 0 or self.client_ids.max() >= num_instance_clients:
+            raise ValueError(f"client ids must lie in [0, {num_instance_clients})")
+        self.horizon = int(horizon)
+        self.scale = scale
+        self._rngs = client_generators(entropy, self.client_ids, REWARD_DOMAIN)
+        n = len(self.client_ids)
+        self.pulls = np.zeros(n, dtype=np.int64)
+        self._regret = np.zeros(n)
+        self._diff = np.zeros(self.horizon + 1)
+        self._refill_snapshot: dict[str, np.ndarray] = {}
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_ids)
+
+    def _draw_buffer(self) -> None:
+        """Draw the next buffer of randomness from the clients' generators (if any)."""
+
+    def _buffer_position(self) -> int:
+        return -1
+
+    def _set_buffer_position(self, position: int) -> None:
+        """Resume a redrawn buffer at ``position``, or empty it (-1)."""
+
+    def _refill(self) -> None:
+        self._refill_snapshot = generators_to_arrays(self._rngs)
+        self._draw_buffer()
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything that changes as the group plays, as arrays (no objects)."""
+        state = collect(self, self._STATE)
+        position = self._buffer_position()
+        state["buffer_pos"] = np.array(position)
+        generators = self._refill_snapshot if position >= 0 else generators_to_arrays(self._rngs)
+        state.update(with_prefix("rng.", generators))
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        restore(self, self._STATE, state)
+        self._rngs = generators_from_arrays(strip_prefix("rng.", state))
+        position = int(state["buffer_pos"])
+        if position >= 0:
+            self._refill()
+        self._set_buffer_position(position)
+
+    def record(self) -> RegretRecord:
+        return RegretRecord(
+            client_ids=self.client_ids.copy(),
+            increment_diff=self._diff.copy(),
+            client_regret=self._regret.copy(),
+            client_pulls=self.pulls.copy(),
+            scale=self.scale,
+        )
+
+
+class BanditEnvironment(GroupEnvironment):
     """Rewards and regret for the clients ``client_ids`` of an instance, over horizon T each."""
+
+    _STATE = (*GroupEnvironment._STATE, "_mode")
 
     def __init__(
         self,
@@ -77,33 +159,17 @@ class BanditEnvironment:
         horizon: int,
         entropy: int | Sequence[int],
     ) -> None:
-        if horizon < 1:
-            raise ValueError(f"horizon must be >= 1, got {horizon}")
-        self.client_ids = np.asarray(client_ids, dtype=np.int64)
-        if self.client_ids.ndim != 1 or len(self.client_ids) == 0:
-            raise ValueError("client_ids must be a non-empty 1-d sequence")
-        if self.client_ids.min() < 0 or self.client_ids.max() >= instance.num_clients:
-            raise ValueError(f"client ids must lie in [0, {instance.num_clients})")
-        self.horizon = int(horizon)
+        super().__init__(instance.num_clients, client_ids, horizon, entropy, gap_scale(instance))
         self.noise_sigma = instance.noise_sigma
         self.features = instance.features[self.client_ids]
         self._means = instance.mean_rewards()[self.client_ids]
-        self.scale = gap_scale(instance)
         self._gaps = np.round(instance.gaps()[self.client_ids] * self.scale) / self.scale
         self._gap_units = self._gaps * self.scale
-        self._rngs = client_generators(entropy, self.client_ids, REWARD_DOMAIN)
         n = len(self.client_ids)
-        self.pulls = np.zeros(n, dtype=np.int64)
-        self._regret = np.zeros(n)
-        self._diff = np.zeros(self.horizon + 1)
         self._noise = np.empty((n, 0))
         self._row_offsets = np.arange(n) * self.num_arms
-        self._mode: str | None = None
+        self._mode = _NO_PULLS
         self._noise_pos = 0
-
-    @property
-    def num_clients(self) -> int:
-        return len(self.client_ids)
 
     @property
     def num_arms(self) -> int:
@@ -124,9 +190,9 @@ class BanditEnvironment:
         if np.any(counts < 0):
             raise ValueError("pull counts must be non-negative")
         counts = counts.astype(np.int64)
-        if self._mode == "steps":
+        if self._mode == _STEPS:
             raise RuntimeError("pull_counts cannot follow pull_arms in one environment")
-        self._mode = "blocks"
+        self._mode = _BLOCKS
         # Truncate at the horizon: arms are pulled in order, so clip the running total.
         cum = np.minimum(np.cumsum(counts, axis=1), self.remaining()[:, None])
         executed = np.diff(cum, axis=1, prepend=0)
@@ -144,11 +210,11 @@ class BanditEnvironment:
     def pull_arms(self, arms: np.ndarray) -> np.ndarray:
         """Every client pulls one arm now (all clients at the same step). Returns rewards (n,)."""
         if self._noise_pos == self._noise.shape[1]:
-            self._refill_noise()
+            self._refill()
         t = int(self.pulls[0])
-        if self._mode == "blocks" or t >= self.horizon:
+        if self._mode == _BLOCKS or t >= self.horizon:
             raise RuntimeError("pull_arms needs every client at the same step, before the horizon")
-        self._mode = "steps"
+        self._mode = _STEPS
         flat = self._row_offsets + arms
         rewards = self._means.take(flat) + self.noise_sigma * self._noise[:, self._noise_pos]
         self._noise_pos += 1
@@ -159,42 +225,18 @@ class BanditEnvironment:
         self.pulls += 1
         return rewards
 
-    def _refill_noise(self) -> None:
-        self._refill_snapshot = generators_to_arrays(self._rngs)
+    def _draw_buffer(self) -> None:
         self._noise = np.stack([rng.standard_normal(NOISE_CHUNK) for rng in self._rngs])
         self._noise_pos = 0
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything that changes as the group plays, as arrays. A partly used noise buffer is
-        saved as the generator states it was drawn from, and redrawn on load."""
-        state = collect(self, ("pulls", "_regret", "_diff"))
-        state["mode"] = np.array(_MODES.index(self._mode))
-        buffered = self._noise_pos < self._noise.shape[1]
-        state["noise_pos"] = np.array(self._noise_pos if buffered else -1)
-        generators = self._refill_snapshot if buffered else generators_to_arrays(self._rngs)
-        state.update(with_prefix("rng.", generators))
-        return state
+    def _buffer_position(self) -> int:
+        return self._noise_pos if self._noise_pos < self._noise.shape[1] else -1
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        restore(self, ("pulls", "_regret", "_diff"), state)
-        self._mode = _MODES[int(state["mode"])]
-        self._rngs = generators_from_arrays(strip_prefix("rng.", state))
-        position = int(state["noise_pos"])
-        if position >= 0:
-            self._refill_noise()
-            self._noise_pos = position
-        else:
+    def _set_buffer_position(self, position: int) -> None:
+        if position < 0:
             self._noise = np.empty((self.num_clients, 0))
-            self._noise_pos = 0
-
-    def record(self) -> RegretRecord:
-        return RegretRecord(
-            client_ids=self.client_ids.copy(),
-            increment_diff=self._diff.copy(),
-            client_regret=self._regret.copy(),
-            client_pulls=self.pulls.copy(),
-            scale=self.scale,
-        )
+            position = 0
+        self._noise_pos = position
 
 
 def gap_scale(instance: LinearBanditInstance) -> float:

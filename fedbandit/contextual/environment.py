@@ -13,16 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedbandit.contextual.instances import ContextualInstance
-from fedbandit.environment import RegretRecord
-from fedbandit.rng import REWARD_DOMAIN, client_generators
-from fedbandit.state import (
-    collect,
-    generators_from_arrays,
-    generators_to_arrays,
-    restore,
-    strip_prefix,
-    with_prefix,
-)
+from fedbandit.environment import GroupEnvironment, RegretRecord
 
 #: Rounds drawn per refill (part of the stream layout: changing it changes results).
 CHUNK = 1024
@@ -30,8 +21,10 @@ CHUNK = 1024
 REGRET_SCALE = float(2**30)
 
 
-class ContextualEnvironment:
+class ContextualEnvironment(GroupEnvironment):
     """Rounds 0..T-1 for the clients ``client_ids``; in each, the active clients act once."""
+
+    _STATE = (*GroupEnvironment._STATE, "round")
 
     def __init__(
         self,
@@ -40,35 +33,20 @@ class ContextualEnvironment:
         horizon: int,
         entropy: int | Sequence[int],
     ) -> None:
-        if horizon < 1:
-            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        super().__init__(instance.num_clients, client_ids, horizon, entropy, REGRET_SCALE)
         self.instance = instance
-        self.client_ids = np.asarray(client_ids, dtype=np.int64)
-        if self.client_ids.min() < 0 or self.client_ids.max() >= instance.num_clients:
-            raise ValueError(f"client ids must lie in [0, {instance.num_clients})")
-        self.horizon = int(horizon)
         self.noise_sigma = instance.noise_sigma
-        self._rngs = client_generators(entropy, self.client_ids, REWARD_DOMAIN)
-        n = len(self.client_ids)
         self.round = 0
-        self.pulls = np.zeros(n, dtype=np.int64)
-        self._regret = np.zeros(n)
-        self._diff = np.zeros(self.horizon + 1)
         self._pos = CHUNK
-        self._offsets = np.arange(n) * instance.num_arms
+        self._offsets = np.arange(self.num_clients) * instance.num_arms
         self._all_active = instance.params.participation == 1.0
         self._contexts = self._means = self._noise = self._active = np.empty(0)
-
-    @property
-    def num_clients(self) -> int:
-        return len(self.client_ids)
 
     @property
     def num_arms(self) -> int:
         return self.instance.num_arms
 
-    def _refill(self) -> None:
-        self._refill_snapshot = generators_to_arrays(self._rngs)
+    def _draw_buffer(self) -> None:
         p = self.instance.params
         contexts, means, noise, coins = [], [], [], []
         for client_id, rng in zip(self.client_ids, self._rngs, strict=True):
@@ -113,33 +91,13 @@ class ContextualEnvironment:
         self._pos += 1
         return rewards
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Everything that changes as the group plays, as arrays. A partly used chunk is saved as
-        the generator states it was drawn from, and redrawn on load."""
-        state = collect(self, ("round", "pulls", "_regret", "_diff"))
-        buffered = self._pos < CHUNK
-        state["chunk_pos"] = np.array(self._pos if buffered else -1)
-        generators = self._refill_snapshot if buffered else generators_to_arrays(self._rngs)
-        state.update(with_prefix("rng.", generators))
-        return state
+    def _buffer_position(self) -> int:
+        return self._pos if self._pos < CHUNK else -1
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        restore(self, ("round", "pulls", "_regret", "_diff"), state)
-        self._rngs = generators_from_arrays(strip_prefix("rng.", state))
-        position = int(state["chunk_pos"])
-        if position >= 0:
-            self._refill()
-            self._pos = position
-        else:
-            self._pos = CHUNK
+    def _set_buffer_position(self, position: int) -> None:
+        self._pos = position if position >= 0 else CHUNK
 
     def record(self) -> RegretRecord:
         if np.abs(self._diff).max(initial=0.0) >= 2.0**52:
             raise OverflowError("per-round regret sums exceed the exact fixed-point range")
-        return RegretRecord(
-            client_ids=self.client_ids.copy(),
-            increment_diff=self._diff.copy(),
-            client_regret=self._regret.copy(),
-            client_pulls=self.pulls.copy(),
-            scale=REGRET_SCALE,
-        )
+        return super().record()
