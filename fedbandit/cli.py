@@ -36,7 +36,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     args.out = args.out or default_out_dir(config)
     print(f"results folder: {args.out}", flush=True)
     run_dir = run_experiment(
-        config, out_dir=args.out, workers=args.workers, progress=not args.quiet
+        config,
+        out_dir=args.out,
+        workers=args.workers,
+        progress=not args.quiet,
+        runtime=args.runtime,
+        nodes=args.nodes,
     )
     print(summary_table(read_json(run_dir / "summary.json")))
     print(f"results: {run_dir}")
@@ -87,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config key, e.g. --set instance.num_clients=50",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--runtime",
+        choices=["local", "flower-sim"],
+        default="local",
+        help="in-process (default) or Flower's simulation runtime (Ray)",
+    )
+    run.add_argument("--nodes", type=int, help="virtual SuperNodes for flower-sim (default 4)")
     run.set_defaults(func=_cmd_run)
 
     plot = sub.add_parser("plot", help="rebuild the plots of a results folder")

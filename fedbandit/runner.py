@@ -38,6 +38,7 @@ from fedbandit.simulation import simulate
 from fedbandit.threads import single_threaded_blas
 
 RESULTS_ROOT = Path("results")
+RUNTIMES = ("local", "flower-sim")
 
 
 def default_out_dir(config: ExperimentConfig) -> Path:
@@ -49,19 +50,31 @@ def config_dict(config: ExperimentConfig) -> dict[str, Any]:
     return config.model_dump(mode="json", exclude_none=True)
 
 
-def run_task(config_data: dict[str, Any], algorithm: str, seed: int, run_dir: str) -> float:
-    """Run one (algorithm, seed) and write its files; returns the seconds it took."""
+def run_task(
+    config_data: dict[str, Any],
+    algorithm: str,
+    seed: int,
+    run_dir: str,
+    runtime: str = "local",
+    nodes: int | None = None,
+) -> float:
+    """Run one (algorithm, seed) on ``runtime`` and write its files; returns its seconds."""
     single_threaded_blas()
     config = validate_experiment(config_data)
-    instance = build_instance(config.instance)
-    result = simulate(
-        instance,
-        algorithm,
-        config.horizon,
-        run_entropy(config.base_seed, seed),
-        config.hyperparameters(algorithm),
-        config.group_size,
-    )
+    entropy = run_entropy(config.base_seed, seed)
+    if runtime == "flower-sim":
+        from fedbandit.flower.simulation import simulate_flower
+
+        result = simulate_flower(config_data, algorithm, entropy, nodes)
+    else:
+        result = simulate(
+            build_instance(config.instance),
+            algorithm,
+            config.horizon,
+            entropy,
+            config.hyperparameters(algorithm),
+            config.group_size,
+        )
     stem = seed_stem(Path(run_dir), algorithm, seed)
     grid = curve_grid(config.horizon)
     curve = result.regret.mean_cumulative_regret()
@@ -126,7 +139,6 @@ def _prepare(config: ExperimentConfig, run_dir: Path, workers: int) -> dict[str,
             "experiment": config.name,
             "status": "incomplete",
             "updated": dt.datetime.now().isoformat(timespec="seconds"),
-            "runtime": "local",
             "algorithms": config.algorithms,
             "horizon": config.horizon,
             "seeds": list(range(config.seeds)),
@@ -150,13 +162,23 @@ def run_experiment(
     out_dir: Path | None = None,
     workers: int | None = None,
     progress: bool = True,
+    runtime: str = "local",
+    nodes: int | None = None,
 ) -> Path:
-    """Run every (algorithm, seed) not yet done in ``out_dir``; returns the run folder."""
+    """Run every (algorithm, seed) not yet done in ``out_dir`` on ``runtime`` (``local``, or
+    ``flower-sim`` on ``nodes`` virtual SuperNodes); returns the run folder."""
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     run_dir = Path(out_dir) if out_dir is not None else default_out_dir(config)
+    if runtime == "flower-sim":
+        workers = 1  # Ray spreads the virtual nodes over the cores itself
     workers = workers or min(os.cpu_count() or 1, config.seeds * len(config.algorithms))
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     manifest = _prepare(config, run_dir, workers)
+    manifest["runtime"] = runtime
+    manifest["nodes"] = nodes
+    atomic_write_json(run_dir / "manifest.json", manifest)
     tasks = [
         (a, s)
         for a in config.algorithms
@@ -166,7 +188,7 @@ def run_experiment(
     data = config_dict(config)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
     try:
-        _run_tasks(tasks, data, run_dir, workers, bar)
+        _run_tasks(tasks, data, run_dir, workers, bar, {"runtime": runtime, "nodes": nodes})
     except BaseException:
         remove_stale_temporaries(run_dir)  # workers have stopped: nothing is being written
         raise
@@ -183,18 +205,24 @@ def run_experiment(
 
 
 def _run_tasks(
-    tasks: list[tuple[str, int]], data: dict[str, Any], run_dir: Path, workers: int, bar: tqdm
+    tasks: list[tuple[str, int]],
+    data: dict[str, Any],
+    run_dir: Path,
+    workers: int,
+    bar: tqdm,
+    options: dict[str, Any],
 ) -> None:
     """Run the (algorithm, seed) tasks, inline or in a process pool, advancing ``bar``."""
-
     if workers == 1:
         for algorithm, seed in tasks:
             bar.set_postfix_str(f"{algorithm} seed {seed}")
-            run_task(data, algorithm, seed, str(run_dir))
+            run_task(data, algorithm, seed, str(run_dir), **options)
             bar.update()
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(run_task, data, a, s, str(run_dir)): (a, s) for a, s in tasks}
+            futures = {
+                pool.submit(run_task, data, a, s, str(run_dir), **options): (a, s) for a, s in tasks
+            }
             pending = set(futures)
             try:
                 while pending:

@@ -68,11 +68,11 @@ def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch)
     real = runner.run_task
     calls = []
 
-    def flaky(data, algorithm, seed, run_dir):
+    def flaky(data, algorithm, seed, run_dir, **options):
         if algorithm == "collaborative":
             raise KeyboardInterrupt
         calls.append((algorithm, seed))
-        return real(data, algorithm, seed, run_dir)
+        return real(data, algorithm, seed, run_dir, **options)
 
     monkeypatch.setattr(runner, "run_task", flaky)
     with pytest.raises(KeyboardInterrupt):

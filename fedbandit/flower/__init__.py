@@ -1,0 +1,4 @@
+"""Flower runtimes: the same server and client logic over Flower's Message API (flwr 1.42).
+
+Only this subpackage imports Flower; algorithm code never does.
+"""
