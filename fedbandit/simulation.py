@@ -60,16 +60,23 @@ def build_federation(
     entropy: list[int],
     params: Mapping[str, Any] | None = None,
     group_size: int | None = None,
+    client_ids: np.ndarray | None = None,
 ) -> tuple[ServerLogic, list[ClientLogic]]:
-    """The server logic and the client groups (each with its own environment) of one run."""
+    """The server logic and the client groups (each with its own environment) of one run; with
+    ``client_ids``, a single group of just those clients (a node of a distributed runtime)."""
     spec_entry = get_algorithm(algorithm)
     hyper = spec_entry.params(**(params or {}))
     spec = problem_spec(instance, horizon)
     spec_entry.check_problem(spec)
     environment = ContextualEnvironment if instance.contextual else BanditEnvironment
+    id_groups = (
+        [np.asarray(client_ids, dtype=np.int64)]
+        if client_ids is not None
+        else client_groups(instance.num_clients, group_size)
+    )
     groups = [
         spec_entry.make_client(spec, hyper, environment(instance, ids, horizon, entropy))
-        for ids in client_groups(instance.num_clients, group_size)
+        for ids in id_groups
     ]
     return spec_entry.make_server(spec, hyper), groups
 
