@@ -15,7 +15,7 @@ from fedbandit.contextual.environment import ContextualEnvironment
 from fedbandit.contextual.instances import ContextualInstance
 from fedbandit.environment import BanditEnvironment, RegretRecord
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
-from fedbandit.federation.runtime import InProcessRuntime, run_federation
+from fedbandit.federation.runtime import FederationResult, InProcessRuntime, run_federation
 from fedbandit.instances import LinearBanditInstance
 
 
@@ -29,6 +29,20 @@ class SeedResult:
     communication: pd.DataFrame
     totals: dict[str, int]
     seconds: float
+
+    @staticmethod
+    def of(
+        algorithm: str, entropy: list[int], outcome: FederationResult, seconds: float
+    ) -> SeedResult:
+        """The record of a finished federation (any runtime)."""
+        return SeedResult(
+            algorithm=algorithm,
+            seed=int(entropy[-1]),
+            regret=outcome.regret,
+            communication=outcome.ledger.frame(),
+            totals=outcome.ledger.totals(),
+            seconds=seconds,
+        )
 
 
 def problem_spec(instance: LinearBanditInstance | ContextualInstance, horizon: int) -> ProblemSpec:
@@ -93,12 +107,4 @@ def simulate(
     start = time.perf_counter()
     server, groups = build_federation(instance, algorithm, horizon, entropy, params, group_size)
     outcome = run_federation(server, InProcessRuntime(groups))
-    seconds = time.perf_counter() - start
-    return SeedResult(
-        algorithm=algorithm,
-        seed=int(entropy[-1]),
-        regret=outcome.regret,
-        communication=outcome.ledger.frame(),
-        totals=outcome.ledger.totals(),
-        seconds=seconds,
-    )
+    return SeedResult.of(algorithm, entropy, outcome, time.perf_counter() - start)

@@ -71,12 +71,4 @@ def simulate_flower(
         raise RuntimeError(
             f"the Flower simulation of {algorithm!r} ended without a result; its log above says why"
         )
-    outcome = job.results[0]
-    return SeedResult(
-        algorithm=algorithm,
-        seed=int(entropy[-1]),
-        regret=outcome.regret,
-        communication=outcome.ledger.frame(),
-        totals=outcome.ledger.totals(),
-        seconds=time.perf_counter() - start,
-    )
+    return SeedResult.of(algorithm, entropy, job.results[0], time.perf_counter() - start)
