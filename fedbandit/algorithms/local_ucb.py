@@ -22,14 +22,6 @@ class LocalUCBParams(Hyperparameters):
     noise_sigma: float | None = Field(None, gt=0)
 
 
-def ucb_index(sums: np.ndarray, counts: np.ndarray, step: int, sigma: float) -> np.ndarray:
-    """mean + sigma sqrt(2 log(1 + t log^2 t) / n), +inf where n = 0; ``step`` is t >= 1."""
-    log_term = 2.0 * np.log(1.0 + step * np.log(step) ** 2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        index = sums / counts + sigma * np.sqrt(log_term / counts)
-    return np.where(counts > 0, index, np.inf)
-
-
 class LocalUCBClient(ClientLogic):
     """Runs the whole horizon on receipt of ``start``, vectorised across the group's clients."""
 

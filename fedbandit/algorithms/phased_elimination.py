@@ -231,11 +231,6 @@ class PhasedEliminationServer(ServerLogic):
         )
         self.stage = "explore"
 
-    def drop_clients(self, client_ids: list[int]) -> None:
-        self.clients = np.setdiff1d(self.clients, np.asarray(client_ids, dtype=np.int64))
-        if len(self.clients) == 0:
-            raise RuntimeError("every client has been dropped")
-
 
 class PhasedEliminationClient(ClientLogic):
     """A group of clients: eliminates arms locally and explores by the server's design."""

@@ -20,24 +20,6 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class FieldSpec:
-    """Dtype and per-client shape of a field; ``-1`` in ``shape`` is any length."""
-
-    dtype: str
-    shape: tuple[int, ...]
-    sparse_by: str | None = None
-    optional: bool = False
-
-
-@dataclass(frozen=True)
-class MessageSchema:
-    """The fields a message kind must carry."""
-
-    kind: str
-    fields: Mapping[str, FieldSpec]
-
-
-@dataclass(frozen=True)
 class Message:
     """A batch of messages of one ``kind`` for ``round``, one per client in ``client_ids``.
 

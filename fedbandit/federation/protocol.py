@@ -28,10 +28,6 @@ class ServerLogic(ABC):
     def aggregate(self, reply: Message) -> None:
         """Take the replies of the round just configured, ordered by client id."""
 
-    def drop_clients(self, client_ids: list[int]) -> None:
-        """Stop addressing these clients (used by runtimes that tolerate client failures)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot continue without clients")
-
 
 class ClientLogic(ABC):
     """Client hooks for one group of logical clients that share an environment.
