@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from fedbandit.algorithms import ProblemSpec, get_algorithm
 from fedbandit.contextual.environment import ContextualEnvironment
@@ -17,6 +16,9 @@ from fedbandit.environment import BanditEnvironment, RegretRecord
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.federation.runtime import FederationResult, InProcessRuntime, run_federation
 from fedbandit.instances import LinearBanditInstance
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedbandit.contextual.kernels import context_means
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
 
 #: Rejection sampling gives up when fewer than this fraction of draws survive the margin.
@@ -123,6 +122,8 @@ class ContextualInstance:
         A compiled loop rather than a matrix product, so a value never depends on how many
         contexts are evaluated together (BLAS blocking would change the rounding)."""
         flat = np.ascontiguousarray(contexts).reshape(-1, *contexts.shape[-2:])
+        from fedbandit.contextual.kernels import context_means  # numba loads on first use
+
         return context_means(flat, self.thetas).reshape(*contexts.shape[:-2], self.num_arms)
 
     def expand(self, compact: np.ndarray) -> np.ndarray:

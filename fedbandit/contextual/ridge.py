@@ -16,8 +16,6 @@ from typing import Literal
 
 import numpy as np
 
-from fedbandit.contextual.kernels import ridge_update, select_arms
-
 
 def sherman_morrison(
     inverse: np.ndarray, x: np.ndarray
@@ -116,6 +114,8 @@ class RidgeLearners:
 
     def select(self, contexts: np.ndarray, group: np.ndarray, radius: np.ndarray) -> np.ndarray:
         """argmax_k of ``indices`` per client, by the compiled kernel (first maximum on ties)."""
+        from fedbandit.contextual.kernels import select_arms  # numba loads on first use
+
         arms = np.empty(len(contexts), dtype=np.int64)
         select_arms(self.inverse, self.theta, contexts, group, radius, arms)
         return arms
@@ -124,6 +124,8 @@ class RidgeLearners:
         self, rows: np.ndarray, groups: np.ndarray, x: np.ndarray, rewards: np.ndarray
     ) -> None:
         """Add (x, r) to group ``groups[j]`` of client ``rows[j]`` (compiled kernel)."""
+        from fedbandit.contextual.kernels import ridge_update
+
         ridge_update(
             self.inverse,
             self.theta,

@@ -9,13 +9,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from fedbandit.environment import RegretRecord
 from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -44,18 +47,21 @@ class CommunicationLedger:
         )
 
     def frame(self) -> pd.DataFrame:
+        import pandas as pd  # only where results are written: clients never need it
+
         columns = ["round", "kind", "direction", "t", "messages", "scalars", "bytes"]
         return pd.DataFrame(self.rows, columns=columns)
 
     def totals(self) -> dict[str, int]:
-        frame = self.frame()
-        out: dict[str, int] = {}
-        for direction in ("uplink", "downlink"):
-            part = frame[frame.direction == direction]
-            for column in ("messages", "scalars", "bytes"):
-                out[f"{direction}_{column}"] = int(part[column].sum())
-        counted = frame[frame.messages > 0]
-        out["rounds"] = int(counted["round"].nunique())
+        """Sums per direction, and the number of rounds in which any message carried data."""
+        out = {
+            f"{direction}_{column}": sum(
+                int(row[column]) for row in self.rows if row["direction"] == direction
+            )
+            for direction in ("uplink", "downlink")
+            for column in ("messages", "scalars", "bytes")
+        }
+        out["rounds"] = len({row["round"] for row in self.rows if int(row["messages"]) > 0})
         return out
 
 
