@@ -126,3 +126,16 @@ def test_local_ucb_exact_values_at_a_fixed_seed():
     # First K steps pull each arm once: regret is the sum of each client's gaps.
     curve = result.regret.mean_cumulative_regret()
     assert curve[3] == pytest.approx(instance.gaps().sum(axis=1).mean())
+
+
+def test_in_process_runtime_refuses_clients_no_group_serves():
+    from fedbandit.federation.messages import Message
+
+    _, groups = build_federation(INSTANCES["paper"], "fedpe", 50, [0, 0], group_size=3)
+    runtime = InProcessRuntime(groups)
+    for ids in ([0, 8], [0, 99]):  # 8 clients: ids 0..7
+        with pytest.raises(ValueError, match="addresses clients no group serves"):
+            runtime.exchange(Message("start", 4, np.array(ids), {}))
+    without_first = InProcessRuntime(groups[1:])  # clients 0..2 served by nobody
+    with pytest.raises(ValueError, match="addresses clients no group serves"):
+        without_first.exchange(Message("start", 4, np.array([1, 5]), {}))

@@ -90,14 +90,16 @@ class InProcessRuntime(Runtime):
         ids = np.concatenate([g.client_ids for g in self.groups])
         if len(np.unique(ids)) != len(ids):
             raise ValueError("client groups overlap: every logical client must be in one group")
-        self._index = {
-            int(cid): (gi, pos)
-            for gi, g in enumerate(self.groups)
-            for pos, cid in enumerate(g.client_ids)
-        }
+        self._group_of = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+        for index, group in enumerate(self.groups):
+            self._group_of[group.client_ids] = index
 
     def exchange(self, message: Message) -> Message:
-        group_of = np.array([self._index[int(c)][0] for c in message.client_ids])
+        if message.client_ids.max(initial=0) >= len(self._group_of) or np.any(
+            self._group_of[message.client_ids] < 0
+        ):
+            raise ValueError(f"round {message.round} addresses clients no group serves")
+        group_of = self._group_of[message.client_ids]
         replies = []
         for gi, group in enumerate(self.groups):
             positions = np.flatnonzero(group_of == gi)
