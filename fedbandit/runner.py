@@ -112,7 +112,9 @@ def remove_stale_temporaries(run_dir: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _prepare(config: ExperimentConfig, run_dir: Path, workers: int) -> dict[str, Any]:
+def _prepare(
+    config: ExperimentConfig, run_dir: Path, workers: int, runtime: str, nodes: int | None
+) -> dict[str, Any]:
     """Create or reopen the run folder; refuses to mix two different experiments in one folder."""
     config_path = run_dir / "config.toml"
     manifest_path = run_dir / "manifest.json"
@@ -144,6 +146,8 @@ def _prepare(config: ExperimentConfig, run_dir: Path, workers: int) -> dict[str,
             "seeds": list(range(config.seeds)),
             "base_seed": config.base_seed,
             "workers": workers,
+            "runtime": runtime,
+            "nodes": nodes,
             "group_size": config.group_size,
             "instance": instance.summary(),
             "git_commit": git_commit(),
@@ -175,10 +179,7 @@ def run_experiment(
     workers = workers or min(os.cpu_count() or 1, config.seeds * len(config.algorithms))
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
-    manifest = _prepare(config, run_dir, workers)
-    manifest["runtime"] = runtime
-    manifest["nodes"] = nodes
-    atomic_write_json(run_dir / "manifest.json", manifest)
+    manifest = _prepare(config, run_dir, workers, runtime, nodes)
     tasks = [
         (a, s)
         for a in config.algorithms
