@@ -41,6 +41,10 @@ class RegretRecord:
 
     ``increment_diff[t]``: difference array of the summed per-step regret over the group's clients
     (per-step regret sum at step t is ``cumsum(increment_diff)[t]``, steps 0..T-1).
+
+    A record may cover any subset of a run's clients: after a run that lost clients (see
+    ``fedbandit.federation.runtime``) it covers the surviving ones only, and every average is over
+    ``client_ids``, never over the instance's M.
     """
 
     client_ids: np.ndarray
@@ -50,10 +54,26 @@ class RegretRecord:
     scale: float
 
     @staticmethod
+    def empty() -> RegretRecord:
+        """The record of no client (a run that lost every client): an empty curve."""
+        return RegretRecord(
+            client_ids=np.empty(0, dtype=np.int64),
+            increment_diff=np.zeros(1),
+            client_regret=np.empty(0),
+            client_pulls=np.empty(0, dtype=np.int64),
+            scale=1.0,
+        )
+
+    @staticmethod
     def merge(records: Sequence[RegretRecord]) -> RegretRecord:
+        """One record of the clients of ``records`` (any subset of a run's client groups)."""
+        if not records:
+            raise ValueError("no regret records to merge")
         order = np.argsort(np.concatenate([r.client_ids for r in records]), kind="stable")
         if len({r.scale for r in records}) != 1:
             raise ValueError("regret records of one run must share the fixed-point scale")
+        if len({r.increment_diff.shape for r in records}) != 1:
+            raise ValueError("regret records of one run must share the horizon")
         return RegretRecord(
             client_ids=np.concatenate([r.client_ids for r in records])[order],
             increment_diff=np.sum([r.increment_diff for r in records], axis=0),
@@ -63,7 +83,10 @@ class RegretRecord:
         )
 
     def mean_cumulative_regret(self) -> np.ndarray:
-        """R(t)/M for t = 1..T: per-client average cumulative regret, shape (T,)."""
+        """R(t)/M for t = 1..T: per-client average cumulative regret, shape (T,), with M the number
+        of clients in this record (all NaN for a record of no client)."""
+        if len(self.client_ids) == 0:
+            return np.full(len(self.increment_diff) - 1, np.nan)
         per_step = np.cumsum(self.increment_diff)[:-1] / self.scale
         return np.cumsum(per_step) / len(self.client_ids)
 

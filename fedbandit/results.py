@@ -69,8 +69,16 @@ def seed_stem(run_dir: Path, algorithm: str, seed: int) -> Path:
     return run_dir / "runs" / algorithm / f"seed_{seed}"
 
 
+def seed_status(run_dir: Path, algorithm: str, seed: int) -> str | None:
+    """ "complete", "aborted" (lost clients stopped it; rerun on resume), or None (not run)."""
+    path = seed_stem(run_dir, algorithm, seed).with_suffix(".json")
+    if not path.is_file():
+        return None
+    return str(read_json(path).get("status", "complete"))
+
+
 def seed_done(run_dir: Path, algorithm: str, seed: int) -> bool:
-    return seed_stem(run_dir, algorithm, seed).with_suffix(".json").is_file()
+    return seed_status(run_dir, algorithm, seed) == "complete"
 
 
 def package_versions() -> dict[str, str]:

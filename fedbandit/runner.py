@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 import tomli_w
 from tqdm import tqdm
@@ -34,11 +36,14 @@ from fedbandit.results import (
     summarize,
 )
 from fedbandit.rng import run_entropy
-from fedbandit.simulation import simulate
+from fedbandit.simulation import SeedResult, simulate
 from fedbandit.threads import single_threaded_blas
 
+if TYPE_CHECKING:
+    from fedbandit.flower.deployment import Submission
+
 RESULTS_ROOT = Path("results")
-RUNTIMES = ("local", "flower-sim")
+RUNTIMES = ("local", "flower-sim", "flower")
 
 
 def default_out_dir(config: ExperimentConfig) -> Path:
@@ -57,15 +62,27 @@ def run_task(
     run_dir: str,
     runtime: str = "local",
     nodes: int | None = None,
+    deployment: Submission | None = None,
+    job_options: dict[str, Any] | None = None,
 ) -> float:
-    """Run one (algorithm, seed) on ``runtime`` and write its files; returns its seconds."""
+    """Run one (algorithm, seed) on ``runtime`` and write its files; returns its seconds.
+
+    On ``flower`` the ServerApp of a deployment (``deployment``) writes the files."""
     single_threaded_blas()
     config = validate_experiment(config_data)
     entropy = run_entropy(config.base_seed, seed)
+    if runtime == "flower":
+        from fedbandit.flower.deployment import run_seed
+
+        if deployment is None:
+            raise ConfigError("--runtime flower needs --superlink HOST:PORT")
+        started = time.perf_counter()
+        run_seed(deployment, config_data, algorithm, seed, entropy, Path(run_dir), job_options)
+        return time.perf_counter() - started
     if runtime == "flower-sim":
         from fedbandit.flower.simulation import simulate_flower
 
-        result = simulate_flower(config_data, algorithm, entropy, nodes)
+        result = simulate_flower(config_data, algorithm, entropy, nodes, job_options=job_options)
     else:
         result = simulate(
             build_instance(config.instance),
@@ -75,9 +92,21 @@ def run_task(
             config.hyperparameters(algorithm),
             config.group_size,
         )
-    stem = seed_stem(Path(run_dir), algorithm, seed)
+    write_seed_result(config_data, Path(run_dir), seed, result)
+    return result.seconds
+
+
+def write_seed_result(
+    config_data: dict[str, Any], run_dir: Path, seed: int, result: SeedResult
+) -> None:
+    """The files of one finished (algorithm, seed), the ``.json`` last (it marks the seed done)."""
+    config = validate_experiment(config_data)
+    algorithm = result.algorithm
+    stem = seed_stem(run_dir, algorithm, seed)
     grid = curve_grid(config.horizon)
     curve = result.regret.mean_cumulative_regret()
+    if len(curve) == 0:  # every client was lost before reporting
+        curve = np.full(config.horizon, np.nan)
     atomic_write_csv(
         stem.with_suffix(".regret.csv"), pd.DataFrame({"t": grid, "regret": curve[grid - 1]})
     )
@@ -100,9 +129,12 @@ def run_task(
             "seconds": result.seconds,
             "totals": result.totals,
             "final_regret": float(curve[-1]),
+            "status": result.status,
+            "failure": result.failure,
+            "dropped": {str(client): round_ for client, round_ in result.dropped.items()},
+            "clients_reported": len(result.regret.client_ids),
         },
     )
-    return result.seconds
 
 
 def remove_stale_temporaries(run_dir: Path) -> None:
@@ -168,14 +200,18 @@ def run_experiment(
     progress: bool = True,
     runtime: str = "local",
     nodes: int | None = None,
+    deployment: Submission | None = None,
+    job_options: dict[str, Any] | None = None,
 ) -> Path:
-    """Run every (algorithm, seed) not yet done in ``out_dir`` on ``runtime`` (``local``, or
-    ``flower-sim`` on ``nodes`` virtual SuperNodes); returns the run folder."""
+    """Run every (algorithm, seed) not yet done in ``out_dir`` on ``runtime``: ``local``,
+    ``flower-sim`` on ``nodes`` virtual SuperNodes, or ``flower`` on the SuperLink of
+    ``deployment`` (one Flower run per seed; ``job_options`` are timeouts and the failure
+    policy); returns the run folder."""
     if runtime not in RUNTIMES:
         raise ConfigError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     run_dir = Path(out_dir) if out_dir is not None else default_out_dir(config)
-    if runtime == "flower-sim":
-        workers = 1  # Ray spreads the virtual nodes over the cores itself
+    if runtime in ("flower-sim", "flower"):
+        workers = 1  # the nodes do the parallel work
     workers = workers or min(os.cpu_count() or 1, config.seeds * len(config.algorithms))
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
@@ -189,13 +225,19 @@ def run_experiment(
     data = config_dict(config)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
     try:
-        _run_tasks(tasks, data, run_dir, workers, bar, {"runtime": runtime, "nodes": nodes})
+        options = {
+            "runtime": runtime,
+            "nodes": nodes,
+            "deployment": deployment,
+            "job_options": job_options,
+        }
+        _run_tasks(tasks, data, run_dir, workers, bar, options)
     except BaseException:
         remove_stale_temporaries(run_dir)  # workers have stopped: nothing is being written
         raise
     finally:
         bar.close()
-    manifest["status"] = "complete"
+    _record_failures(run_dir, config, manifest)
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
     atomic_write_json(run_dir / "manifest.json", manifest)
@@ -203,6 +245,23 @@ def run_experiment(
 
     plot_run(run_dir)
     return run_dir
+
+
+def _record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str, Any]) -> None:
+    """The manifest's status ("incomplete" while any seed was aborted by lost clients), the
+    aborted seeds with the reason, and the clients dropped from each seed."""
+    aborted, dropped = {}, {}
+    for algorithm in config.algorithms:
+        for seed in range(config.seeds):
+            path = seed_stem(run_dir, algorithm, seed).with_suffix(".json")
+            info = read_json(path) if path.is_file() else {}
+            if info.get("status", "complete") != "complete":
+                aborted[f"{algorithm}/seed_{seed}"] = info.get("failure")
+            if info.get("dropped"):
+                dropped[f"{algorithm}/seed_{seed}"] = info["dropped"]
+    manifest["status"] = "incomplete" if aborted else "complete"
+    manifest["aborted_seeds"] = aborted
+    manifest["dropped_clients"] = dropped
 
 
 def _run_tasks(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +31,11 @@ class SeedResult:
     communication: pd.DataFrame
     totals: dict[str, int]
     seconds: float
+    #: "complete", or "aborted" when lost clients stopped the run (results so far).
+    status: str = "complete"
+    failure: str | None = None
+    #: Clients removed under the "drop" failure policy -> the round they were lost in.
+    dropped: Mapping[int, int] = field(default_factory=dict)
 
     @staticmethod
     def of(
@@ -44,6 +49,9 @@ class SeedResult:
             communication=outcome.ledger.frame(),
             totals=outcome.ledger.totals(),
             seconds=seconds,
+            status=outcome.status,
+            failure=outcome.failure,
+            dropped=dict(outcome.dropped),
         )
 
 

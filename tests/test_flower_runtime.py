@@ -1,13 +1,15 @@
 """FlowerGridRuntime against a fake Grid (no Ray, no network): the protocol over Flower messages,
-and every failure path names the node or the clients at fault."""
+and every failure path (error reply, silence, malformed reply) loses the node by name under both
+client-failure policies, without the bad data ever reaching the server."""
 
 import uuid
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, Error, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDict
 
-from fedbandit.federation.runtime import run_federation
+from fedbandit.federation.messages import Message as BanditMessage
+from fedbandit.federation.runtime import ClientFailure, run_federation
 from fedbandit.flower.apps import FlowerGridRuntime, FlowerJob, discover_nodes
 from fedbandit.flower.codec import decode, encode
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
@@ -101,55 +103,245 @@ def one_round(nodes, ranges):
     return runtime.exchange(server.configure())
 
 
-def test_an_error_reply_names_the_node():
+def test_a_lost_node_is_a_client_failure_with_the_other_nodes_replies():
     good, _ = client_node([0, 1, 2])
-
-    def broken(message):
-        return Message(Error(code=2, reason="ClientApp raised"), reply_to=message)
-
-    with pytest.raises(RuntimeError, match="node 22 failed: ClientApp raised"):
-        one_round({21: good, 22: broken}, {21: np.arange(3), 22: np.arange(3, 6)})
-
-
-def test_a_silent_node_times_out_by_name():
-    good, _ = client_node([0, 1, 2])
-    with pytest.raises(TimeoutError, match=r"nodes \[32\]"):
+    with pytest.raises(ClientFailure) as caught:
         one_round({31: good, 32: lambda message: None}, {31: np.arange(3), 32: np.arange(3, 6)})
+    failure = caught.value
+    np.testing.assert_array_equal(failure.lost_clients, [3, 4, 5])
+    assert failure.reasons == {"node 32 (clients 3-5)": "no reply within 0.3 s"}
+    assert failure.partial.kind == "report" and failure.partial.round == 0
+    np.testing.assert_array_equal(failure.partial.client_ids, [0, 1, 2])
 
 
-@pytest.mark.parametrize("fault", ["nan", "ids", "round"])
-def test_a_malformed_reply_is_rejected_before_aggregation(fault):
-    answer, _ = client_node([3, 4, 5])
+def regret_reply(logic, message):
+    """The ClientApp's answer to ``query.regret``."""
+    record = logic.regret_record()
+    arrays = {
+        "client_ids": record.client_ids,
+        "increment_diff": record.increment_diff,
+        "client_regret": record.client_regret,
+        "client_pulls": record.client_pulls,
+    }
+    return Message(
+        RecordDict(
+            {
+                "regret": ArrayRecord(
+                    {k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}
+                ),
+                "scale": ConfigRecord({"scale": record.scale}),
+            }
+        ),
+        reply_to=message,
+    )
 
-    def faulty(message):
-        reply = decode(answer(message).content)
-        if fault == "nan":
-            reply.fields["estimate"][0, 0, 0] = np.nan
-        elif fault == "ids":
-            reply = type(reply)(
-                reply.kind,
-                reply.round,
-                reply.client_ids + 10,
-                reply.fields,
-                reply.sparse,
-                reply.known,
-                reply.meta,
-            )
-        else:
-            reply = type(reply)(
-                reply.kind,
-                reply.round + 1,
-                reply.client_ids,
-                reply.fields,
-                reply.sparse,
-                reply.known,
-                reply.meta,
-            )
+
+def with_reply(reply, **changes):
+    fields = {
+        "kind": reply.kind,
+        "round": reply.round,
+        "client_ids": reply.client_ids,
+        "fields": dict(reply.fields),
+        "sparse": reply.sparse,
+        "known": reply.known,
+        "meta": reply.meta,
+    }
+    return BanditMessage(**{**fields, **changes})
+
+
+def tamper(reply, fault):
+    """A malformed version of a correct ``report`` (explore) or ``active_set`` reply."""
+    fields = dict(reply.fields)
+    if fault == "nan":
+        fields["estimate"] = fields["estimate"].copy()
+        fields["estimate"][0, 0, 0] = np.nan
+    elif fault == "ids":
+        return with_reply(reply, client_ids=reply.client_ids + 10)
+    elif fault == "round":
+        return with_reply(reply, round=reply.round + 1)
+    elif fault == "kind":
+        return with_reply(reply, kind="done")
+    elif fault == "shape":  # one more coordinate than d
+        fields["estimate"] = np.concatenate([fields["estimate"], fields["estimate"][..., :1]], -1)
+    elif fault == "dtype":
+        fields["counts"] = fields["counts"].astype(np.float64)
+    elif fault == "mask":
+        fields["pulled"] = fields["pulled"].astype(np.int8)
+    elif fault == "echo":  # the active set of an eliminate reply, with one arm too many
+        fields["active"] = np.concatenate([fields["active"], fields["active"][:, :1]], 1)
+    return with_reply(reply, fields=fields)
+
+
+def faulty_node(ids, fault, at_round, stage="train.step"):
+    """A client node that fails at round ``at_round`` (or at the regret query): an error reply
+    from the SuperLink (as Flower makes for a dead node), silence, or a tampered reply."""
+    answer, logic = client_node(ids)
+
+    def node(message):
+        kind = message.metadata.message_type
+        if kind == "query.regret" and stage != "query.regret":
+            return regret_reply(logic, message)
+        hit = kind == stage == "query.regret" or (
+            kind == stage and decode(message.content).round == at_round
+        )
+        if not hit:
+            return answer(message)
+        if fault == "error":
+            reply = Message(Error(code=2, reason="node died"), reply_to=message)
+            reply.metadata.__dict__["_src_node_id"] = 1
+            return reply
+        if fault == "silent":
+            return None
+        reply = tamper(decode(answer(message).content), fault)
         return Message(encode(reply), reply_to=message)
 
-    good, _ = client_node([0, 1, 2])
-    with pytest.raises(RuntimeError, match="node 42 sent a malformed reply"):
-        one_round({41: good, 42: faulty}, {41: np.arange(3), 42: np.arange(3, 6)})
+    return node, logic
+
+
+def good_node(ids):
+    answer, logic = client_node(ids)
+
+    def node(message):
+        if message.metadata.message_type == "query.regret":
+            return regret_reply(logic, message)
+        return answer(message)
+
+    return node, logic
+
+
+class CountingGrid(FakeGrid):
+    """Remembers every message pushed: (node, message type, round or None)."""
+
+    def __init__(self, nodes):
+        super().__init__(nodes)
+        self.pushed = []
+
+    def push_messages(self, messages):
+        for m in messages:
+            is_step = m.metadata.message_type == "train.step"
+            round_ = decode(m.content).round if is_step else None
+            self.pushed.append((m.metadata.dst_node_id, m.metadata.message_type, round_))
+        return super().push_messages(messages)
+
+
+def flower_run(nodes, ranges, policy, timeout=2.0):
+    """Fed-PE over the fake grid; every reply the server aggregates is kept."""
+    grid = CountingGrid(nodes)
+    server, _ = build_federation(INSTANCE, "fedpe", 300, [0, 0])
+    seen = []
+    aggregate = server.aggregate
+
+    def spy(reply):
+        seen.append(reply)
+        aggregate(reply)
+
+    server.aggregate = spy
+    runtime = FlowerGridRuntime(grid, ranges, timeout=timeout, poll_seconds=0.001)
+    result = run_federation(server, runtime, policy)
+    return result, seen, grid, runtime
+
+
+THREE = {21: np.arange(0, 2), 22: np.arange(2, 4), 23: np.arange(4, 6)}
+REASONS = {
+    "error": "error reply (code 2): node died",
+    "silent": "no reply within 0.2 s",
+    "nan": "malformed reply: field 'estimate' holds NaN or infinite values",
+    "ids": "malformed reply: replies for clients [14, 15], expected [4, 5]",
+    "round": "malformed reply: reply for round 3, expected 2",
+    "kind": "malformed reply: kind 'done' (majority: 'report')",
+    "shape": "malformed reply: fields 'estimate' of a 'report' reply is <f8 of shape (n, 3, 3); "
+    "in earlier replies it was <f8 of shape (n, 3, 2)",
+    "dtype": "malformed reply: fields 'counts' of a 'report' reply is <f8 of shape (n, 3); in "
+    "earlier replies it was <i4 of shape (n, 3)",
+    "mask": "malformed reply: sparse field 'estimate' of shape (2, 3, 2) does not fit its mask "
+    "'pulled' of shape (2, 3) and dtype int8",
+    "echo": "malformed reply: field 'active' has shape (2, 4), was sent as (2, 3)",
+}
+
+
+def assert_never_aggregated(seen, bad_ids, from_round):
+    for reply in seen:
+        for value in reply.fields.values():
+            assert np.all(np.isfinite(value))
+        assert reply.kind in ("report", "active_set")
+        assert set(reply.client_ids.tolist()) <= set(range(6))
+        if reply.round >= from_round:
+            assert not np.isin(reply.client_ids, bad_ids).any()
+
+
+@pytest.mark.parametrize("fault", list(REASONS))
+@pytest.mark.parametrize("policy", ["abort", "drop"])
+def test_a_failing_node_is_lost_and_never_reaches_aggregation(fault, policy):
+    at_round = 3 if fault == "echo" else 2
+    bad, _ = faulty_node([4, 5], fault, at_round)
+    nodes = {21: good_node([0, 1])[0], 22: good_node([2, 3])[0], 23: bad}
+    timeout = 0.2 if fault == "silent" else 2.0
+    result, seen, grid, runtime = flower_run(nodes, THREE, policy, timeout)
+    reason = f"round {at_round}: lost clients 4-5 (node 23 (clients 4-5): {REASONS[fault]})"
+    assert result.failure == reason
+    assert_never_aggregated(seen, [4, 5], at_round)
+    steps_23 = [r for node, kind, r in grid.pushed if node == 23 and kind == "train.step"]
+    assert steps_23 == list(range(at_round + 1))  # never addressed after its failure
+    assert (23, "query.regret", None) not in grid.pushed
+    if policy == "abort":
+        assert result.status == "aborted" and result.dropped == {}
+        assert [r.round for r in seen] == list(range(at_round))
+        np.testing.assert_array_equal(result.regret.client_ids, [0, 1, 2, 3])
+        assert 23 in runtime.lost
+    else:
+        assert result.status == "complete"
+        assert result.dropped == {4: at_round, 5: at_round}
+        assert [r.round for r in seen] == list(range(17))
+        assert seen[at_round].client_ids.tolist() == [0, 1, 2, 3]
+        np.testing.assert_array_equal(result.regret.client_ids, [0, 1, 2, 3])
+        np.testing.assert_array_equal(result.regret.client_pulls, [300] * 4)
+        assert list(runtime.ranges) == [21, 22] and runtime.lost == {}
+        np.testing.assert_array_equal(runtime.dropped[23], [4, 5])
+
+
+def test_the_first_round_is_checked_against_the_majority_and_a_tie_rejects_both():
+    nodes = {21: good_node([0, 1])[0], 22: good_node([2, 3])[0]}
+    nodes[23], _ = faulty_node([4, 5], "shape", 0)
+    result, seen, _, _ = flower_run(nodes, THREE, "drop")
+    assert result.dropped == {4: 0, 5: 0} and result.status == "complete"
+    assert "fields 'estimate' <f8 of shape (n, 3, 3) (majority: <f8 of shape (n, 3, 2))" in (
+        result.failure
+    )
+    assert_never_aggregated(seen, [4, 5], 0)
+    # two nodes that disagree in round 0: nothing says which is right, both are lost
+    two = {21: good_node([0, 1, 2])[0], 22: faulty_node([3, 4, 5], "shape", 0)[0]}
+    result, seen, _, _ = flower_run(two, {21: np.arange(3), 22: np.arange(3, 6)}, "drop")
+    assert result.status == "aborted" and seen == []
+    assert result.dropped == dict.fromkeys(range(6), 0)
+    assert "no majority or earlier round settles which is right" in result.failure
+
+
+@pytest.mark.parametrize("policy", ["abort", "drop"])
+def test_a_node_failing_the_regret_query(policy):
+    nodes = {21: good_node([0, 1])[0], 22: good_node([2, 3])[0]}
+    nodes[23], _ = faulty_node([4, 5], "error", None, stage="query.regret")
+    result, seen, _, _ = flower_run(nodes, THREE, policy)
+    assert [r.round for r in seen] == list(range(17))
+    assert result.failure == (
+        "regret records: lost clients 4-5 (node 23 (clients 4-5): error reply (code 2): node died)"
+    )
+    np.testing.assert_array_equal(result.regret.client_ids, [0, 1, 2, 3])
+    if policy == "abort":
+        assert (result.status, result.dropped) == ("aborted", {})
+    else:
+        assert (result.status, result.dropped) == ("complete", {4: 17, 5: 17})
+
+
+def test_drop_removes_whole_nodes_only():
+    runtime = FlowerGridRuntime(FakeGrid({}), dict(THREE), timeout=1, poll_seconds=0.01)
+    with pytest.raises(
+        ValueError, match="node 22 serves clients 2-3: a node is dropped as a whole"
+    ):
+        runtime.drop(np.array([3]))
+    with pytest.raises(ValueError, match="cannot drop clients 9: no node serves them"):
+        runtime.drop(np.array([9]))
+    runtime.drop(np.array([2, 3]))
+    assert list(runtime.ranges) == [21, 23]
 
 
 def test_discovery_refuses_overlaps_and_names_missing_clients():

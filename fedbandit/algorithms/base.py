@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fedbandit.environment import BanditEnvironment
 from fedbandit.federation.messages import Message
-from fedbandit.federation.protocol import ClientLogic, ServerLogic
+from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
 
 
 @dataclass(frozen=True)
@@ -64,18 +64,23 @@ class AlgorithmSpec:
 
 class NoCommunicationServer(ServerLogic):
     """For algorithms whose clients learn alone: one empty start message (not counted as
-    communication), after which each client group runs the whole horizon and replies ``done``."""
+    communication), after which each client group runs the whole horizon and replies ``done``.
+    Dropping clients only removes them from ``clients`` (there is nothing to aggregate)."""
 
     def __init__(self, spec: ProblemSpec) -> None:
         self.spec = spec
+        self.clients = spec.client_ids.copy()
         self.started = False
 
     def configure(self) -> Message | None:
-        if self.started:
+        if self.started or len(self.clients) == 0:
             return None
         self.started = True
-        return Message("start", 0, self.spec.client_ids, {})
+        return Message("start", 0, self.clients, {})
 
     def aggregate(self, reply: Message) -> None:
         if reply.kind != "done":
             raise RuntimeError(f"expected 'done' replies, got {reply.kind!r}")
+
+    def drop_clients(self, client_ids: np.ndarray) -> None:
+        self.clients = remove_clients(self.clients, client_ids, type(self).__name__)

@@ -33,7 +33,7 @@ from fedbandit.algorithms.base import ProblemSpec
 from fedbandit.algorithms.linucb import POLICY_STATE, RidgeParams, RidgePolicy, model_groups
 from fedbandit.contextual.environment import ContextualEnvironment
 from fedbandit.federation.messages import Message, broadcast
-from fedbandit.federation.protocol import ClientLogic, ServerLogic
+from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
 
 
 class DisLinUCBParams(RidgeParams):
@@ -198,7 +198,11 @@ class FederatedRidgeClient(ClientLogic):
 
 
 class FederatedRidgeServer(ServerLogic):
-    """Keeps the global statistics (lambda I + all uploaded data) and decides the downloads."""
+    """Keeps the global statistics (lambda I + all uploaded data) and decides the downloads.
+
+    Dropped clients are no longer addressed, synchronised or pushed to; what they uploaded before
+    stays in the global statistics, and what they had not uploaded is lost. The protocols' constants
+    (DisLinUCB's D uses M) are not re-tuned."""
 
     def __init__(self, spec: ProblemSpec, params: RidgeParams, protocol: str) -> None:
         self.spec, self.params, self.protocol = spec, params, protocol
@@ -207,13 +211,16 @@ class FederatedRidgeServer(ServerLogic):
         self.gram = np.broadcast_to(params.regularization * np.eye(d), (G, d, d)).copy()
         self.target = np.zeros((G, d))
         self.client_logdet = np.full(M, float(_logdet(self.gram)))
-        self.download = np.zeros(M, dtype=bool)
+        self.download = np.zeros(M, dtype=bool)  # by client id
+        self.clients = spec.client_ids.copy()
         self.collect = False
         self.rounds_done = 0
         self.exchange = 0
 
     def configure(self) -> Message | None:
-        ids = self.spec.client_ids
+        ids = self.clients
+        if len(ids) == 0:
+            return None
         n, G = len(ids), self.gram.shape[0]
         self.exchange += 1
         if self.collect:
@@ -221,16 +228,17 @@ class FederatedRidgeServer(ServerLogic):
         if self.rounds_done >= self.spec.horizon:
             return None
         self.rounds_done += 1
-        if not self.download.any():
+        download = self.download[ids]
+        if not download.any():
             return Message("round", self.exchange - 1, ids, {})
-        receive = np.broadcast_to(self.download[:, None], (n, G))
+        receive = np.broadcast_to(download[:, None], (n, G))
         fields = {
             "gram": broadcast(self.gram, n),
             "target": broadcast(self.target, n),
             "receive": receive,
         }
-        self.client_logdet[self.download] = float(_logdet(self.gram))
-        self.download = np.zeros(n, dtype=bool)
+        self.client_logdet[ids[download]] = float(_logdet(self.gram))
+        self.download[:] = False
         return Message(
             "round",
             self.exchange - 1,
@@ -268,8 +276,12 @@ class FederatedRidgeServer(ServerLogic):
             self.collect = False
             self.download[:] = True
         elif self.protocol == "fedlinucb":
-            self.download |= uploaded
+            self.download[reply.client_ids] |= uploaded
         else:
             assert isinstance(self.params, AsyncParams)
             stale = float(_logdet(self.gram)) - self.client_logdet
             self.download |= stale > math.log(self.params.download_ratio)
+
+    def drop_clients(self, client_ids: np.ndarray) -> None:
+        self.clients = remove_clients(self.clients, client_ids, type(self).__name__)
+        self.download[np.asarray(client_ids, dtype=np.int64)] = False

@@ -45,7 +45,7 @@ from fedbandit.estimators import (
     unit_directions,
 )
 from fedbandit.federation.messages import Message, broadcast
-from fedbandit.federation.protocol import ClientLogic, ServerLogic
+from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
 
 
 class PhasedEliminationParams(Hyperparameters):
@@ -99,7 +99,7 @@ class PhasedEliminationServer(ServerLogic):
         self.design_log: list[dict[str, float]] = []
 
     def configure(self) -> Message | None:
-        if self.stage == "done":
+        if self.stage == "done" or len(self.clients) == 0:
             return None
         n = len(self.clients)
         rows = self._rows(self.clients)
@@ -151,6 +151,11 @@ class PhasedEliminationServer(ServerLogic):
             raise RuntimeError(
                 f"expected {expected!r} replies for round {self.round - 1}, got "
                 f"{reply.kind!r} for round {reply.round}"
+            )
+        if not np.array_equal(reply.client_ids, self.clients):
+            raise RuntimeError(
+                f"round {reply.round}: replies of clients {reply.client_ids.tolist()}, expected "
+                f"the clients addressed {self.clients.tolist()}"
             )
         if expected == "report":
             self._aggregate_report(reply)
@@ -227,9 +232,23 @@ class PhasedEliminationServer(ServerLogic):
                 "iterations": result.iterations,
                 "seconds": time.perf_counter() - start,
                 "active_pairs": int(active.sum()),
+                "clients": len(rows),
             }
         )
         self.stage = "explore"
+
+    def drop_clients(self, client_ids: np.ndarray) -> None:
+        """Forget lost clients: they are never addressed again, and every later aggregation and
+        multi-client G-optimal design covers the remaining clients only. A phase the lost clients
+        were in the middle of is aggregated from the surviving replies (``run_federation`` calls
+        this first); with no client left the run ends. The confidence constants (alpha, which
+        depends on M) are not re-tuned: clients do not learn of the drop."""
+        self.clients = remove_clients(self.clients, client_ids, type(self).__name__)
+        rows = self._rows(np.asarray(client_ids, dtype=np.int64))
+        self.active[rows] = False
+        self.weights[rows] = 0.0
+        if len(self.clients) == 0:
+            self.stage = "done"
 
 
 class PhasedEliminationClient(ClientLogic):

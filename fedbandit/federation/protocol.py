@@ -28,6 +28,31 @@ class ServerLogic(ABC):
     def aggregate(self, reply: Message) -> None:
         """Take the replies of the round just configured, ordered by client id."""
 
+    def drop_clients(self, client_ids: np.ndarray) -> None:
+        """Stop addressing ``client_ids`` for the rest of the run (``on_client_failure="drop"``).
+
+        ``run_federation`` calls it after a round in which these clients were lost and before it
+        aggregates the surviving replies of that round (so ``aggregate`` then sees exactly the
+        clients still addressed). When no addressed client answered, ``aggregate`` is not called
+        for that round: the server must be ready to configure its next round without the lost
+        clients, or end the run (``configure`` returns None) when no client is left.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot drop clients, so on_client_failure='drop' is not "
+            "available for this algorithm; use on_client_failure='abort'"
+        )
+
+
+def remove_clients(current: np.ndarray, client_ids: np.ndarray, owner: str) -> np.ndarray:
+    """``current`` without ``client_ids`` (sorted); every id must be a current client."""
+    ids = np.unique(np.asarray(client_ids, dtype=np.int64))
+    unknown = np.setdiff1d(ids, current)
+    if unknown.size:
+        raise ValueError(
+            f"{owner} cannot drop clients {unknown.tolist()}: it does not address them"
+        )
+    return np.setdiff1d(current, ids)
+
 
 class ClientLogic(ABC):
     """Client hooks for one group of logical clients that share an environment.

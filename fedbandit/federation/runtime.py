@@ -2,12 +2,25 @@
 
 Every runtime counts communication the same way, from the messages themselves, in a
 ``CommunicationLedger``; the interaction loop ``run_federation`` is written once for all runtimes.
+
+Client failures. A runtime that loses clients in a round (no reply before the round's deadline, an
+error reply, or a reply it cannot trust) raises ``ClientFailure`` naming every lost client, with the
+joined replies of the clients that did answer. ``run_federation`` then applies the run's policy:
+
+- ``"abort"`` (default): stop; the result keeps what was done so far (the ledger up to the failed
+  round, the regret records of the groups still reachable) with ``status == "aborted"``.
+- ``"drop"``: the server and the runtime forget the lost clients for the rest of the run
+  (``ServerLogic.drop_clients``, ``Runtime.drop``); the surviving replies of the failed round are
+  aggregated; ``FederationResult.dropped`` records who was dropped in which round.
+
+Either way the regret record covers the clients whose groups could still report at the end: the
+server cannot know what a lost client did after it was lost.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,13 +33,60 @@ from fedbandit.federation.protocol import ClientLogic, ServerLogic
 if TYPE_CHECKING:
     import pandas as pd
 
+#: Values of ``on_client_failure``: what ``run_federation`` does when a round loses clients.
+FAILURE_POLICIES = ("abort", "drop")
+
+
+def describe_clients(client_ids: np.ndarray | Sequence[int]) -> str:
+    """Client ids as sorted ranges for messages: ``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    ids = np.unique(np.asarray(client_ids, dtype=np.int64))
+    if ids.size == 0:
+        return "none"
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    runs = np.split(ids, breaks)
+    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+class ClientFailure(Exception):  # noqa: N818 - the name of the event, not of a bug
+    """Clients were lost in a round: they did not answer in time, answered with an error, or sent a
+    reply that was rejected (wrong clients, round, kind, shapes or dtypes, NaN or inf).
+
+    - ``lost_clients``: sorted int64 ids of every lost client. A runtime loses a node or client
+      group as a whole, so this may name clients of that group that were not addressed this round.
+    - ``reasons``: what went wrong, by where (for example ``"node 42 (clients 3-5)"``).
+    - ``partial``: the joined replies of the addressed clients that did answer (ordered by client
+      id), or None when none did. Rejected replies are never part of it.
+    """
+
+    def __init__(
+        self,
+        lost_clients: np.ndarray | Sequence[int],
+        reasons: Mapping[str, str],
+        partial: Message | None = None,
+    ) -> None:
+        self.lost_clients = np.unique(np.asarray(lost_clients, dtype=np.int64))
+        if self.lost_clients.size == 0:
+            raise ValueError("a client failure must name at least one lost client")
+        self.reasons = dict(reasons)
+        self.partial = partial
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        text = f"lost clients {describe_clients(self.lost_clients)}"
+        if self.reasons:
+            text += " (" + "; ".join(f"{where}: {why}" for where, why in self.reasons.items()) + ")"
+        return text
+
 
 @dataclass
 class CommunicationLedger:
     """Per round and direction: messages (clients with a non-empty payload), scalars and bytes.
 
     ``t`` is the mean number of pulls per client done when the round's replies came back.
-    Exchanges that carry nothing in either direction are not recorded.
+    Exchanges that carry nothing in either direction are not recorded. In a round that lost clients
+    only what was exchanged is counted: the downlink to every addressed client (it was sent) and
+    the uplink of the replies that arrived and were accepted (none when nobody answered: then the
+    round has a downlink row only).
     """
 
     rows: list[dict[str, float | int | str]] = field(default_factory=list)
@@ -45,6 +105,16 @@ class CommunicationLedger:
                 "bytes": int(num_bytes.sum()),
             }
         )
+
+    def record_exchange(self, message: Message, reply: Message | None) -> None:
+        """The round's downlink ``message`` and the ``reply`` received (None: nobody answered)."""
+        pulls = reply.meta.get("pulls") if reply is not None else None
+        pulls_mean = float(np.mean(pulls)) if pulls is not None and len(pulls) else float("nan")
+        uplink = reply is not None and bool(reply.scalars_per_client().any())
+        if message.scalars_per_client().any() or uplink:
+            self.record(message, "downlink", pulls_mean)
+            if reply is not None:
+                self.record(reply, "uplink", pulls_mean)
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd  # only where results are written: clients never need it
@@ -70,18 +140,32 @@ class Runtime(ABC):
 
     @abstractmethod
     def exchange(self, message: Message) -> Message:
-        """Deliver ``message`` (addressed to some clients) and return the replies, by client id."""
+        """Deliver ``message`` (addressed to some clients) and return the replies, by client id.
+
+        Raises ``ClientFailure`` when clients are lost (runtimes that can lose clients)."""
 
     @abstractmethod
     def regret_records(self) -> list[RegretRecord]:
-        """Each client group's regret record, after the run."""
+        """The regret record of each client group still reachable (never of lost or dropped ones),
+        after the run. May raise ``ClientFailure`` for groups lost while asked: those are then
+        excluded from the next call."""
+
+    def drop(self, client_ids: np.ndarray) -> None:
+        """Stop serving ``client_ids`` for the rest of the run (``on_client_failure="drop"``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot drop clients, so it does not support "
+            "on_client_failure='drop'"
+        )
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (processes, connections)."""
 
 
 class InProcessRuntime(Runtime):
-    """All client groups in this process: messages are handed over as arrays (no copies)."""
+    """All client groups in this process: messages are handed over as arrays (no copies).
+
+    Nothing is lost in-process; ``drop`` still works (a group is dropped as a whole) so that a
+    wrapper can inject failures."""
 
     def __init__(self, groups: Sequence[ClientLogic]) -> None:
         if not groups:
@@ -93,12 +177,15 @@ class InProcessRuntime(Runtime):
         self._group_of = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
         for index, group in enumerate(self.groups):
             self._group_of[group.client_ids] = index
+        self.dropped_groups: set[int] = set()
 
     def exchange(self, message: Message) -> Message:
         if message.client_ids.max(initial=0) >= len(self._group_of) or np.any(
             self._group_of[message.client_ids] < 0
         ):
-            raise ValueError(f"round {message.round} addresses clients no group serves")
+            raise ValueError(
+                f"round {message.round} addresses clients no group serves (or dropped ones)"
+            )
         group_of = self._group_of[message.client_ids]
         replies = []
         for gi, group in enumerate(self.groups):
@@ -112,30 +199,164 @@ class InProcessRuntime(Runtime):
             replies.append(group.handle(part))
         return Message.concatenate(replies)
 
+    def drop(self, client_ids: np.ndarray) -> None:
+        ids = np.unique(np.asarray(client_ids, dtype=np.int64))
+        known = (ids >= 0) & (ids < len(self._group_of))
+        known[known] = self._group_of[ids[known]] >= 0
+        if not known.all():
+            raise ValueError(f"cannot drop clients {describe_clients(ids[~known])}: not served")
+        indices = np.unique(self._group_of[ids])
+        for gi in indices:
+            group_ids = self.groups[gi].client_ids
+            if not np.isin(group_ids, ids).all():
+                raise ValueError(
+                    f"a client group is dropped as a whole: the group of clients "
+                    f"{describe_clients(group_ids)} cannot drop only {describe_clients(ids)}"
+                )
+        self._group_of[ids] = -1
+        self.dropped_groups.update(int(gi) for gi in indices)
+
     def regret_records(self) -> list[RegretRecord]:
-        return [g.regret_record() for g in self.groups]
+        return [
+            g.regret_record() for gi, g in enumerate(self.groups) if gi not in self.dropped_groups
+        ]
 
 
 @dataclass(frozen=True)
 class FederationResult:
+    """The outcome of ``run_federation``.
+
+    - ``status``: ``"complete"`` (the server ended the run) or ``"aborted"`` (clients were lost
+      under ``on_client_failure="abort"``, or no client was left): the regret record then covers
+      the reachable clients up to the abort (their ``client_pulls`` say how far each got).
+    - ``failure``: human text naming every lost client and why, per round; None if none was lost.
+    - ``dropped``: client id -> the round in which it was dropped (``on_client_failure="drop"``);
+      those clients are not in ``regret``.
+    """
+
     regret: RegretRecord
     ledger: CommunicationLedger
+    status: str = "complete"
+    failure: str | None = None
+    dropped: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
 
 
-def run_federation(server: ServerLogic, runtime: Runtime) -> FederationResult:
-    """The interaction loop: configure, deliver, aggregate, until the server is done."""
-    ledger = CommunicationLedger()
-    while (message := server.configure()) is not None:
-        reply = runtime.exchange(message)
-        if not np.array_equal(reply.client_ids, message.client_ids):
+def _check_failure_support(server: ServerLogic, runtime: Runtime) -> None:
+    """Under "drop", refuse before the run a server or runtime that cannot drop clients."""
+    if type(server).drop_clients is ServerLogic.drop_clients:
+        raise NotImplementedError(
+            f"{type(server).__name__} cannot drop clients, so on_client_failure='drop' is not "
+            "available for this algorithm; use on_client_failure='abort'"
+        )
+    if type(runtime).drop is Runtime.drop:
+        raise NotImplementedError(
+            f"{type(runtime).__name__} cannot drop clients, so on_client_failure='drop' is not "
+            "available on this runtime; use on_client_failure='abort'"
+        )
+
+
+def _surviving_reply(message: Message, failure: ClientFailure) -> Message | None:
+    """The failure's partial reply restricted to the addressed clients that were not lost; None
+    when none of them answered. A runtime that leaves a surviving client unanswered is a bug."""
+    surviving = message.client_ids[~np.isin(message.client_ids, failure.lost_clients)]
+    partial = failure.partial
+    if partial is not None:
+        if partial.round != message.round:
             raise RuntimeError(
-                f"round {message.round}: replies came from clients other than those addressed"
+                f"round {message.round}: the runtime's partial replies are for round "
+                f"{partial.round}"
             )
-        pulls = reply.meta.get("pulls")
-        pulls_mean = float(np.mean(pulls)) if pulls is not None else float("nan")
-        if message.scalars_per_client().any() or reply.scalars_per_client().any():
-            ledger.record(message, "downlink", pulls_mean)
-            ledger.record(reply, "uplink", pulls_mean)
+        kept = np.flatnonzero(~np.isin(partial.client_ids, failure.lost_clients))
+        partial = partial.select(kept) if len(kept) < partial.num_clients else partial
+    if partial is None or partial.num_clients == 0:
+        if len(surviving):
+            raise RuntimeError(
+                f"round {message.round}: the runtime lost clients "
+                f"{describe_clients(failure.lost_clients)} but returned no replies of the "
+                f"surviving clients {describe_clients(surviving)}"
+            )
+        return None
+    if not np.array_equal(partial.client_ids, surviving):
+        raise RuntimeError(
+            f"round {message.round}: the partial replies came from clients "
+            f"{describe_clients(partial.client_ids)}, not from the surviving addressed clients "
+            f"{describe_clients(surviving)}"
+        )
+    return partial
+
+
+def run_federation(
+    server: ServerLogic, runtime: Runtime, on_client_failure: str = "abort"
+) -> FederationResult:
+    """The interaction loop: configure, deliver, aggregate, until the server is done.
+
+    ``on_client_failure`` says what a round that loses clients (``ClientFailure``) does:
+    ``"abort"`` stops the run and returns the results so far with ``status="aborted"``; ``"drop"``
+    calls ``server.drop_clients`` and ``runtime.drop`` with the lost clients, aggregates the
+    surviving replies of the round and goes on. When no addressed client answered, nothing is
+    aggregated: the server configures its next round without the lost clients (the built-in servers
+    address every remaining client, so this happens only when none is left, and they then end the
+    run). A run that ends with no client left to report its regret has ``status="aborted"`` and an
+    empty regret record.
+    """
+    if on_client_failure not in FAILURE_POLICIES:
+        allowed = ", ".join(repr(p) for p in FAILURE_POLICIES)
+        raise ValueError(f"on_client_failure must be one of {allowed}, got {on_client_failure!r}")
+    if on_client_failure == "drop":
+        _check_failure_support(server, runtime)
+    ledger = CommunicationLedger()
+    failures: list[str] = []
+    dropped: dict[int, int] = {}
+    status, next_round = "complete", 0
+    while (message := server.configure()) is not None:
+        next_round = message.round + 1
+        try:
+            reply: Message | None = runtime.exchange(message)
+        except ClientFailure as failure:
+            reply = _surviving_reply(message, failure)
+            ledger.record_exchange(message, reply)
+            failures.append(f"round {message.round}: {failure}")
+            if on_client_failure == "abort":
+                status = "aborted"
+                break
+            server.drop_clients(failure.lost_clients)
+            runtime.drop(failure.lost_clients)
+            dropped.update(dict.fromkeys(failure.lost_clients.tolist(), message.round))
+            if reply is None:
+                continue
+        else:
+            if not np.array_equal(reply.client_ids, message.client_ids):
+                raise RuntimeError(
+                    f"round {message.round}: replies came from clients other than those addressed"
+                )
+            ledger.record_exchange(message, reply)
         server.aggregate(reply)
-    records = runtime.regret_records()
-    return FederationResult(RegretRecord.merge(records), ledger)
+    records: list[RegretRecord] = []
+    lost_at_end: set[int] = set()
+    while True:
+        try:
+            records = runtime.regret_records()
+            break
+        except ClientFailure as failure:
+            lost = set(failure.lost_clients.tolist())
+            if lost <= lost_at_end:
+                raise RuntimeError(
+                    f"{type(runtime).__name__} keeps failing to report regret: {failure}"
+                ) from failure
+            lost_at_end |= lost
+            failures.append(f"regret records: {failure}")
+            if on_client_failure == "abort":
+                status = "aborted"
+            else:
+                runtime.drop(failure.lost_clients)
+                dropped.update(dict.fromkeys(sorted(lost), next_round))
+    if records:
+        regret = RegretRecord.merge(records)
+    else:
+        failures.append("no client is left to report its regret")
+        status, regret = "aborted", RegretRecord.empty()
+    return FederationResult(regret, ledger, status, "; ".join(failures) or None, dropped)

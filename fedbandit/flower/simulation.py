@@ -24,6 +24,7 @@ def simulate_flower(
     entropy: list[int],
     num_nodes: int | None = None,
     round_timeout: float = 300.0,
+    job_options: dict[str, Any] | None = None,
 ):
     """Run ``algorithm`` of the experiment ``config_data`` on ``num_nodes`` virtual SuperNodes
     (default: up to 4), each hosting a contiguous range of clients. Returns a ``SeedResult``."""
@@ -46,7 +47,7 @@ def simulate_flower(
         algorithm=algorithm,
         entropy=tuple(entropy),
         num_nodes=nodes,
-        round_timeout=round_timeout,
+        **{"round_timeout": round_timeout, **(job_options or {})},
     )
     # Ray's socket paths must stay short: a private folder under the system temp dir.
     ray_dir = tempfile.mkdtemp(prefix="fb-ray-")

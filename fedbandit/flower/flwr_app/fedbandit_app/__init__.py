@@ -1,0 +1,1 @@
+"""Flower App shim: the components live in the installed ``fedbandit`` package."""
