@@ -37,7 +37,9 @@ def test_codec_round_trip_keeps_everything():
     message = sample_message()
     record = encode(message)
     # The broadcast field travels once per node, not once per client.
-    assert tuple(record.array_records["fields"]["theta"].shape) == (3, 2)
+    layout = json.loads(str(record.config_records["header"]["json"]))["layout"]
+    assert {name: shape for name, _, shape, _ in layout}["fields/theta"] == [3, 2]
+    assert list(record.array_records) == ["data"]  # one packed array per message
     back = decode(record, message.client_ids, 7, {"eliminate"})
     assert (back.kind, back.round, dict(back.sparse), back.known) == (
         "eliminate",
@@ -135,3 +137,18 @@ def test_cli_flower_sim_run_matches_the_local_run(tmp_path):
             for d in ("local", "flower")
         ]
         pd.testing.assert_frame_equal(comm[0], comm[1])
+
+
+def test_packed_layout_that_does_not_fit_is_malformed():
+    from fedbandit.flower.codec import pack, unpack
+
+    buffer, layout = pack({"a": np.arange(3, dtype=np.int32), "b": np.ones((2, 2))})
+    back = unpack(buffer, layout)
+    np.testing.assert_array_equal(back["a"], [0, 1, 2])
+    assert back["b"].shape == (2, 2) and back["b"].dtype == np.float64
+    with pytest.raises(MalformedReplyError, match="does not fit"):
+        unpack(buffer[:-1], layout)
+    with pytest.raises(MalformedReplyError, match="unsupported dtype"):
+        unpack(buffer, [["a", "|O", [1], 0]])
+    with pytest.raises(MalformedReplyError, match="layout"):
+        unpack(buffer, [["a"]])

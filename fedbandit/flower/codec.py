@@ -1,11 +1,13 @@
-"""``Message`` <-> Flower ``RecordDict``: arrays as ``ArrayRecord``s (never pickles), the header as
-JSON in a ``ConfigRecord``. A field that is the same for every client of a node (a broadcast view,
-leading stride 0) travels once per node and is expanded on arrival."""
+"""``Message`` <-> Flower ``RecordDict``: the arrays packed into one ``ArrayRecord`` (raw bytes with
+their dtypes and shapes, never pickles), the header and layout as JSON in a ``ConfigRecord``. A
+field that is the same for every client of a node (a broadcast view, leading stride 0) travels
+once per node and is expanded on arrival."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
@@ -17,8 +19,45 @@ class MalformedReplyError(ValueError):
     """A reply that cannot be trusted: wrong clients, round, kind, shapes or non-finite values."""
 
 
-def _arrays(values: dict[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({name: Array(np.ascontiguousarray(value)) for name, value in values.items()})
+#: dtype kinds a message may carry: booleans, integers, floats (never objects).
+ALLOWED_KINDS = "biuf"
+
+
+def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[list[Any]]]:
+    """All ``arrays`` in one byte buffer, and their layout ``[name, dtype, shape, offset]``.
+
+    Flower 1.42 moves every object of a message (record, array, chunk) in its own HTTP request,
+    so one buffer per message instead of one array per field cuts a round's requests about
+    threefold; the buffer is raw C-order bytes, never a pickle."""
+    layout, buffers, offset = [], [], 0
+    for name, value in arrays.items():
+        value = np.ascontiguousarray(value)
+        layout.append([name, value.dtype.str, list(value.shape), offset])
+        buffers.append(value.reshape(-1).view(np.uint8))
+        offset += value.nbytes
+    return (np.concatenate(buffers) if buffers else np.empty(0, np.uint8)), layout
+
+
+def unpack(buffer: np.ndarray, layout: list[list[Any]]) -> dict[str, np.ndarray]:
+    """The arrays of a ``pack``ed buffer (copies); a layout that does not fit is malformed."""
+    if buffer.dtype != np.uint8 or buffer.ndim != 1:
+        raise MalformedReplyError(f"packed buffer of dtype {buffer.dtype}, expected uint8")
+    arrays = {}
+    try:
+        for name, dtype_str, shape, offset in layout:
+            dtype = np.dtype(dtype_str)
+            if dtype.kind not in ALLOWED_KINDS or dtype.hasobject:
+                raise MalformedReplyError(f"field {name!r} has unsupported dtype {dtype}")
+            shape = tuple(int(k) for k in shape)
+            end = int(offset) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if min(shape, default=0) < 0 or not 0 <= int(offset) <= end <= len(buffer):
+                raise MalformedReplyError(f"field {name!r} does not fit the packed buffer")
+            arrays[str(name)] = np.frombuffer(
+                buffer[int(offset) : end].tobytes(), dtype=dtype
+            ).reshape(shape)
+    except (TypeError, ValueError) as err:
+        raise MalformedReplyError(f"bad packed layout: {err}") from None
+    return arrays
 
 
 def encode(message: Message) -> RecordDict:
@@ -29,19 +68,25 @@ def encode(message: Message) -> RecordDict:
             broadcast.append(name)
         else:
             fields[name] = value
+    buffer, layout = pack(
+        {
+            "ids/client_ids": message.client_ids,
+            **{f"fields/{k}": v for k, v in fields.items()},
+            **{f"meta/{k}": v for k, v in message.meta.items()},
+        }
+    )
     header = {
         "kind": message.kind,
         "round": message.round,
         "sparse": dict(message.sparse),
         "known": sorted(message.known),
         "broadcast": broadcast,
+        "layout": layout,
     }
     return RecordDict(
         {
             "header": ConfigRecord({"json": json.dumps(header)}),
-            "ids": _arrays({"client_ids": message.client_ids}),
-            "fields": _arrays(fields),
-            "meta": _arrays(dict(message.meta)),
+            "data": ArrayRecord({"packed": Array(buffer)}),
         }
     )
 
@@ -55,11 +100,18 @@ def decode(
     """Rebuild a ``Message``; with expectations, reject what does not match."""
     try:
         header = json.loads(str(record.config_records["header"]["json"]))
-        ids = record.array_records["ids"]["client_ids"].numpy()
-        fields = {name: array.numpy() for name, array in record.array_records["fields"].items()}
-        meta = {name: array.numpy() for name, array in record.array_records["meta"].items()}
+        arrays = unpack(record.array_records["data"]["packed"].numpy(), header["layout"])
     except (KeyError, ValueError, TypeError) as err:
         raise MalformedReplyError(f"not a fedbandit message: {err}") from None
+    sections: dict[str, dict[str, np.ndarray]] = {"ids": {}, "fields": {}, "meta": {}}
+    for key, value in arrays.items():
+        section, _, name = key.partition("/")
+        if section not in sections:
+            raise MalformedReplyError(f"unknown section in packed array {key!r}")
+        sections[section][name] = value
+    if "client_ids" not in sections["ids"]:
+        raise MalformedReplyError("not a fedbandit message: no client ids")
+    ids, fields, meta = sections["ids"]["client_ids"], sections["fields"], sections["meta"]
     if expected_ids is not None and not np.array_equal(ids, expected_ids):
         raise MalformedReplyError(
             f"replies for clients {ids.tolist()}, expected {expected_ids.tolist()}"
