@@ -35,6 +35,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = load_experiment(args.experiment, overrides)
     args.out = args.out or default_out_dir(config)
     print(f"results folder: {args.out}", flush=True)
+    deployment, job_options = (
+        None,
+        {
+            "round_timeout": args.round_timeout,
+            "start_deadline": args.start_deadline,
+            "on_client_failure": args.on_client_failure,
+            "reconnect_seconds": args.reconnect_timeout,
+        },
+    )
+    if args.runtime == "flower":
+        from fedbandit.flower.deployment import Submission
+
+        if not args.superlink:
+            raise ConfigError("--runtime flower needs --superlink HOST:PORT")
+        if args.insecure == (args.root_certificates is not None):
+            raise ConfigError(
+                "--runtime flower: give --root-certificates CA.crt (TLS) or --insecure (loopback)"
+            )
+        deployment = Submission(
+            superlink=args.superlink,
+            state_dir=Path(args.out).resolve() / "flower",
+            insecure=args.insecure,
+            root_certificates=args.root_certificates,
+            run_timeout=args.run_timeout,
+        )
+    elif args.superlink:
+        raise ConfigError("--superlink needs --runtime flower")
     run_dir = run_experiment(
         config,
         out_dir=args.out,
@@ -42,11 +69,153 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         runtime=args.runtime,
         nodes=args.nodes,
+        deployment=deployment,
+        job_options=job_options,
     )
     print(summary_table(read_json(run_dir / "summary.json")))
     print(f"results: {run_dir}")
     print(f"plots:   {run_dir / 'plots' / 'regret.png'}, {run_dir / 'plots' / 'communication.png'}")
+    manifest = read_json(run_dir / "manifest.json")
+    for seed, reason in manifest.get("aborted_seeds", {}).items():
+        print(f"fedbandit: {seed} aborted (results so far kept): {reason}", file=sys.stderr)
+    for seed, dropped in manifest.get("dropped_clients", {}).items():
+        print(f"fedbandit: {seed} went on without clients {sorted(map(int, dropped))}")
+    if manifest["status"] != "complete":
+        print(
+            f"fedbandit: the run is incomplete; rerun with --out {run_dir} to redo aborted seeds",
+            file=sys.stderr,
+        )
+        return 3
     return 0
+
+
+def _exec_flower(
+    command: list[str], state_dir: Path, print_only: bool, extra_env: dict[str, str] | None = None
+) -> int:
+    """Run a Flower command with fedbandit's safe environment (replacing this process)."""
+    import os
+    import shlex
+
+    from fedbandit.flower.deployment import flower_environment
+
+    env = {**flower_environment(state_dir), **(extra_env or {})}
+    if print_only:
+        keys = [
+            "FLWR_HOME",
+            "FLWR_TELEMETRY_ENABLED",
+            "FLWR_DISABLE_UPDATE_CHECK",
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION",
+            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL",
+            *(extra_env or {}),
+        ]
+        print(" ".join(f"{k}={shlex.quote(env[k])}" for k in keys), shlex.join(command))
+        return 0
+    state_dir.mkdir(parents=True, exist_ok=True)
+    print(f"fedbandit: {shlex.join(command)}", file=sys.stderr, flush=True)
+    os.execvpe(command[0], command, env)
+    return 1  # not reached
+
+
+def _cmd_superlink(args: argparse.Namespace) -> int:
+    from fedbandit.flower.deployment import ServerTls, superlink_command
+
+    tls = ServerTls.from_dir(args.tls_dir) if args.tls_dir else None
+    command = superlink_command(
+        args.state_dir, args.host, args.port, tls, args.insecure, args.node_auth
+    )
+    return _exec_flower(command, args.state_dir, args.print_command)
+
+
+def _cmd_supernode(args: argparse.Namespace) -> int:
+    from fedbandit.flower.deployment import parse_client_range, supernode_command
+
+    clients = parse_client_range(args.clients)
+    state_dir = args.state_dir or Path("flower-state") / f"supernode-{args.clients}"
+    command = supernode_command(
+        args.superlink,
+        clients,
+        args.port,
+        args.root_certificates,
+        args.insecure,
+        args.auth_key,
+        state_dir if args.persist else None,
+        fast_poll=args.poll_interval > 0,
+        warm=args.poll_interval > 0 and not args.cold,
+    )
+    extra = {"FEDBANDIT_SUPERNODE_POLL": str(args.poll_interval)} if args.poll_interval > 0 else {}
+    return _exec_flower(command, state_dir, args.print_command, extra)
+
+
+def _cmd_register(args: argparse.Namespace) -> int:
+    from fedbandit.flower.deployment import Submission
+
+    submission = Submission(
+        args.superlink, args.state_dir, root_certificates=args.root_certificates
+    )
+    for key in args.public_keys:
+        node_id = submission.register_node(key, key.stem)
+        print(f"registered {key} as SuperNode {node_id}")
+    return 0
+
+
+def _add_deployment_commands(sub: argparse._SubParsersAction) -> None:
+    from fedbandit.flower.deployment import DEFAULT_SUPERLINK_PORT, DEFAULT_SUPERNODE_PORT
+
+    link = sub.add_parser(
+        "superlink", help="start a Flower SuperLink (the server side of a deployment)"
+    )
+    link.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all)")
+    link.add_argument("--port", type=int, default=DEFAULT_SUPERLINK_PORT)
+    link.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("flower-state/superlink"),
+        help="Flower's home and the SuperLink database (nodes survive a SuperLink restart)",
+    )
+    link.add_argument("--tls-dir", type=Path, help="folder with ca.crt, server.pem, server.key")
+    link.add_argument("--insecure", action="store_true", help="plain HTTP (loopback only)")
+    link.add_argument(
+        "--node-auth", action="store_true", help="only registered SuperNodes may join (TLS)"
+    )
+    link.add_argument("--print-command", action="store_true", help="print the Flower command")
+    link.set_defaults(func=_cmd_superlink)
+
+    node = sub.add_parser("supernode", help="start a Flower SuperNode serving a client range")
+    node.add_argument("--superlink", required=True, help="HOST:PORT of the SuperLink")
+    node.add_argument("--clients", required=True, help="logical clients served, e.g. 0-49")
+    node.add_argument(
+        "--port", type=int, default=DEFAULT_SUPERNODE_PORT, help="local port (one per node)"
+    )
+    node.add_argument("--root-certificates", type=Path, help="CA certificate (TLS)")
+    node.add_argument("--insecure", action="store_true", help="plain HTTP (loopback only)")
+    node.add_argument("--auth-key", type=Path, help="this node's private key (node auth)")
+    node.add_argument("--state-dir", type=Path, help="Flower's home for this node")
+    node.add_argument(
+        "--persist",
+        action="store_true",
+        help="save client statistics under --state-dir so a restarted node resumes",
+    )
+    node.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.2,
+        help="seconds between polls of an idle node (Flower hard-codes 3; 0: plain Flower, "
+        "which implies --cold)",
+    )
+    node.add_argument(
+        "--cold",
+        action="store_true",
+        help="a new ClientApp process per message (Flower's default) instead of one warm one",
+    )
+    node.add_argument("--print-command", action="store_true", help="print the Flower command")
+    node.set_defaults(func=_cmd_supernode)
+
+    register = sub.add_parser("register-node", help="register SuperNode public keys (node auth)")
+    register.add_argument("public_keys", nargs="+", type=Path, help="NODE.pub files")
+    register.add_argument("--superlink", required=True, help="HOST:PORT of the SuperLink")
+    register.add_argument("--root-certificates", type=Path, required=True, help="CA certificate")
+    register.add_argument("--state-dir", type=Path, default=Path("flower-state/cli"))
+    register.set_defaults(func=_cmd_register)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -94,12 +263,40 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument(
         "--runtime",
-        choices=["local", "flower-sim"],
+        choices=["local", "flower-sim", "flower"],
         default="local",
-        help="in-process (default) or Flower's simulation runtime (Ray)",
+        help="in-process (default), Flower's simulation runtime (Ray), or a Flower deployment",
     )
     run.add_argument("--nodes", type=int, help="virtual SuperNodes for flower-sim (default 4)")
+    run.add_argument("--superlink", help="HOST:PORT of the deployment's SuperLink (flower)")
+    run.add_argument("--root-certificates", type=Path, help="CA certificate of the SuperLink")
+    run.add_argument("--insecure", action="store_true", help="plain HTTP to the SuperLink")
+    run.add_argument(
+        "--on-client-failure",
+        choices=["abort", "drop"],
+        default="abort",
+        help="a lost node stops the seed (abort) or its clients leave the run (drop)",
+    )
+    run.add_argument("--round-timeout", type=float, default=120.0, help="seconds per round")
+    run.add_argument(
+        "--start-deadline", type=float, default=120.0, help="seconds to wait for the nodes"
+    )
+    run.add_argument(
+        "--run-timeout", type=float, default=3600.0, help="seconds per seed on a deployment"
+    )
+    run.add_argument(
+        "--reconnect-timeout",
+        type=float,
+        default=0.0,
+        help="seconds a round waits for a restarted SuperNode (started with --persist) to "
+        "take over a lost node's clients before the failure policy applies",
+    )
     run.set_defaults(func=_cmd_run)
+
+    _add_deployment_commands(sub)
+    from fedbandit.flower.certs import add_cli as add_keys_command
+
+    add_keys_command(sub)
 
     plot = sub.add_parser("plot", help="rebuild the plots of a results folder")
     plot.add_argument("run_dir")
@@ -107,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(func=_cmd_plot)
 
     bench = sub.add_parser("bench", help="benchmarks: design, fedpe, scale, linucb, or all")
-    bench.add_argument("name", choices=["all", "design", "fedpe", "scale", "linucb"])
+    bench.add_argument("name", choices=["all", "design", "fedpe", "scale", "linucb", "deploy"])
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     bench.set_defaults(func=_cmd_bench)

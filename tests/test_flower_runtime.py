@@ -352,3 +352,22 @@ def test_discovery_refuses_overlaps_and_names_missing_clients():
         discover_nodes(FakeGrid({1: a, 2: b}), job, 6)
     with pytest.raises(TimeoutError, match=r"no node serves clients \[3, 4, 5\]"):
         discover_nodes(FakeGrid({1: a}), job, 6)
+
+
+def test_node_store_resumes_after_or_replays_before_the_last_round(tmp_path):
+    """A restarted node continues from the state after its last round, or handles that same
+    round again from the state before it (its reply was lost with the old process)."""
+    from fedbandit.flower.apps import NodeStore
+
+    store = NodeStore(tmp_path, 42, np.array([3, 4, 5]))
+    assert store.load() is None
+    before = {"env.pulls": np.array([1, 2, 3]), "logic.phase": np.array(2)}
+    after = {"env.pulls": np.array([4, 5, 6]), "logic.phase": np.array(3)}
+    store.save(7, before, after)
+    assert store.path == tmp_path / "run-42" / "clients-3-3.npz"
+    round_, got_before, got_after = store.load()
+    assert round_ == 7
+    np.testing.assert_array_equal(got_before["env.pulls"], [1, 2, 3])
+    np.testing.assert_array_equal(got_after["env.pulls"], [4, 5, 6])
+    assert got_after["logic.phase"].shape == () and int(got_after["logic.phase"]) == 3
+    assert not list(tmp_path.rglob("*.tmp"))

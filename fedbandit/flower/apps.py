@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -54,6 +55,7 @@ class FlowerJob:
     start_deadline: float = 120.0
     poll_seconds: float = 0.01
     on_client_failure: str = "abort"
+    reconnect_seconds: float = 0.0
     results: list[FederationResult] = field(default_factory=list, compare=False)
     #: Per-exchange latency of the last run (see ``FlowerGridRuntime.timings``).
     timings: list[dict[str, Any]] = field(default_factory=list, compare=False)
@@ -98,7 +100,63 @@ def node_clients(num_clients: int, partition: int, num_partitions: int) -> np.nd
     return np.array_split(np.arange(num_clients, dtype=np.int64), num_partitions)[partition]
 
 
-def _client_logic(job: FlowerJob, context: Context) -> ClientLogic:
+class NodeStore:
+    """A node's client statistics on disk, so that a restarted SuperNode resumes a run.
+
+    One file per run and client range, ``STATE_DIR/run-ID/clients-FIRST-COUNT.npz``, holds the
+    state after the last round the node handled, the state before it, and that round's number: a
+    round delivered again (its reply was lost with the old process) is handled again from the
+    state before it, which gives the same reply, since the state includes every random stream.
+    Written atomically (temporary file, then rename) after every round.
+    """
+
+    def __init__(self, directory: Path, run_id: int, client_ids: np.ndarray) -> None:
+        first, count = int(client_ids[0]), len(client_ids)
+        self.path = Path(directory) / f"run-{run_id}" / f"clients-{first}-{count}.npz"
+
+    def load(self) -> tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+        """(round, state before it, state after it), or None when nothing was saved."""
+        if not self.path.is_file():
+            return None
+        with np.load(self.path, allow_pickle=False) as data:
+            parts: dict[str, dict[str, np.ndarray]] = {"before": {}, "after": {}}
+            for key in data.files:
+                part, _, name = key.partition(":")
+                if part in parts:
+                    parts[part][name] = data[key]
+            return int(data["round"]), parts["before"], parts["after"]
+
+    def save(self, round_: int, before: dict[str, np.ndarray], after: dict[str, np.ndarray]):
+        arrays = {
+            "round": np.array(round_),
+            **{f"before:{k}": v for k, v in before.items()},
+            **{f"after:{k}": v for k, v in after.items()},
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(temporary, "wb") as handle:
+            np.savez(handle, **arrays)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+
+
+def _store(context: Context, client_ids: np.ndarray) -> NodeStore | None:
+    """The node's store when it was started with a state folder (``--persist``)."""
+    directory = context.node_config.get("state-dir")
+    return NodeStore(Path(str(directory)), context.run_id, client_ids) if directory else None
+
+
+def _copy(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {key: np.array(value, copy=True) for key, value in state.items()}
+
+
+def _client_logic(
+    job: FlowerJob, context: Context, round_: int | None = None
+) -> tuple[ClientLogic, NodeStore | None]:
+    """The node's client group with its state: from ``context.state`` when the SuperNode kept
+    it, else from the node's store (a restarted SuperNode): the state before ``round_`` when
+    that round was already handled, else the latest."""
     from fedbandit.config import validate_experiment
     from fedbandit.simulation import build_federation
 
@@ -121,6 +179,13 @@ def _client_logic(job: FlowerJob, context: Context) -> ClientLogic:
         client_ids=ids,
     )
     logic = groups[0]
+    store = _store(context, logic.client_ids)
+    if STATE_KEY not in context.state.array_records and store is not None:
+        saved = store.load()
+        if saved is not None:
+            handled, before, after = saved
+            logic.load_state_dict(before if handled == round_ else after)
+            return logic, store
     if STATE_KEY in context.state.array_records:
         stored = context.state.array_records[STATE_KEY]
         scalars = set(json.loads(str(context.state.config_records[SCALARS_KEY]["scalars"])))
@@ -130,7 +195,7 @@ def _client_logic(job: FlowerJob, context: Context) -> ClientLogic:
                 for key, array in stored.items()
             }
         )
-    return logic
+    return logic, store
 
 
 def _save(logic: ClientLogic, context: Context) -> None:
@@ -150,7 +215,7 @@ def build_client_app(job: FlowerJob | None = None) -> ClientApp:
 
     @app.query("hello")
     def hello(message: Message, context: Context) -> Message:
-        logic = _client_logic(_job(job, context), context)
+        logic, _ = _client_logic(_job(job, context), context)
         return Message(
             RecordDict({"ids": ArrayRecord({"client_ids": Array(logic.client_ids)})}),
             reply_to=message,
@@ -159,16 +224,20 @@ def build_client_app(job: FlowerJob | None = None) -> ClientApp:
     @app.train("step")
     def step(message: Message, context: Context) -> Message:
         started = time.perf_counter()
-        logic = _client_logic(_job(job, context), context)
-        reply = logic.handle(decode(message.content))
+        request = decode(message.content)
+        logic, store = _client_logic(_job(job, context), context, request.round)
+        before = _copy(logic.state_dict()) if store is not None else {}
+        reply = logic.handle(request)
         _save(logic, context)
+        if store is not None:
+            store.save(request.round, before, logic.state_dict())
         content = encode(reply)
         content[TIMING_KEY] = MetricRecord({"handler-s": time.perf_counter() - started})
         return Message(content, reply_to=message)
 
     @app.query("regret")
     def regret(message: Message, context: Context) -> Message:
-        record = _client_logic(_job(job, context), context).regret_record()
+        record = _client_logic(_job(job, context), context)[0].regret_record()
         arrays = {
             "client_ids": record.client_ids,
             "increment_diff": record.increment_diff,
@@ -210,10 +279,19 @@ class FlowerGridRuntime(Runtime):
     """
 
     def __init__(
-        self, grid: Grid, ranges: dict[int, np.ndarray], timeout: float, poll_seconds: float
+        self,
+        grid: Grid,
+        ranges: dict[int, np.ndarray],
+        timeout: float,
+        poll_seconds: float,
+        reconnect_seconds: float = 0.0,
     ) -> None:
         self.grid, self.ranges = grid, dict(ranges)
         self.timeout, self.poll_seconds = timeout, poll_seconds
+        #: How long a round waits for a restarted node (new node id, same clients) to replace a
+        #: silent or failed one; the round is then delivered to it again.
+        self.reconnect_seconds = reconnect_seconds
+        self._strangers: set[int] = set()
         #: Nodes lost and not (yet) dropped, with the reason.
         self.lost: dict[int, str] = {}
         #: Nodes dropped by ``drop``, with their clients.
@@ -402,10 +480,61 @@ class FlowerGridRuntime(Runtime):
             else:
                 decoded[node] = part
         failures.update(self._outvoted(message.kind, decoded))
+        unreachable = [n for n in failures if n in errors or n in silent]
+        if unreachable and self.reconnect_seconds > 0:
+            self._reconnect(unreachable, sent, message, failures, decoded)
         parts = [decoded[node] for node in sorted(decoded) if node not in failures]
         if failures:
             raise self._failure(failures, BanditMessage.concatenate(parts) if parts else None)
         return BanditMessage.concatenate(parts)
+
+    def _reconnect(
+        self,
+        unreachable: list[int],
+        sent: dict[int, BanditMessage],
+        message: BanditMessage,
+        failures: dict[int, str],
+        decoded: dict[int, BanditMessage],
+    ) -> None:
+        """Wait up to ``reconnect_seconds`` for new nodes serving exactly the clients of the
+        ``unreachable`` ones (restarted SuperNodes), move those clients to them and deliver the
+        round again; updates ``failures`` and ``decoded`` in place."""
+        waiting = {node: self.ranges[node] for node in unreachable}
+        deadline = time.monotonic() + self.reconnect_seconds
+        while waiting and time.monotonic() < deadline:
+            known = set(self.ranges) | set(self.dropped) | self._strangers
+            new = [n for n in self.grid.get_node_ids() if n not in known]
+            hello = [
+                Message(RecordDict({}), dst_node_id=n, message_type="query.hello") for n in new
+            ]
+            replies, _, _ = self._send(hello)
+            for node, reply in replies.items():
+                try:
+                    ids = reply.content.array_records["ids"]["client_ids"].numpy()
+                except KeyError:
+                    ids = np.empty(0, np.int64)
+                old = next((o for o, r in waiting.items() if np.array_equal(r, ids)), None)
+                if old is None:
+                    self._strangers.add(node)
+                    continue
+                del waiting[old]
+                self.ranges[node] = self.ranges.pop(old)
+                self.lost.pop(old, None)
+                sent[node] = sent.pop(old)
+                reason = failures.pop(old)
+                again = Message(encode(sent[node]), dst_node_id=node, message_type="train.step")
+                answers, errors, _ = self._send([again])
+                try:
+                    if node not in answers:
+                        raise MalformedReplyError(errors.get(node, "no reply"))
+                    part = decode(answers[node].content, sent[node].client_ids, message.round)
+                    self._check_reply(sent[node], part)
+                except MalformedReplyError as err:
+                    failures[node] = f"{reason}; its replacement failed too: {err}"
+                else:
+                    decoded[node] = part
+            if waiting:
+                time.sleep(0.5)
 
     @staticmethod
     def _regret_record(content: RecordDict, client_ids: np.ndarray) -> RegretRecord:
@@ -546,7 +675,9 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
             spec, spec_entry.params(**config.hyperparameters(job.algorithm))
         )
         ranges = discover_nodes(grid, job, instance.num_clients)
-        runtime = FlowerGridRuntime(grid, ranges, job.round_timeout, job.poll_seconds)
+        runtime = FlowerGridRuntime(
+            grid, ranges, job.round_timeout, job.poll_seconds, job.reconnect_seconds
+        )
         job.results.append(run_federation(server, runtime, job.on_client_failure))
         job.timings[:] = runtime.timings
 

@@ -1,0 +1,374 @@
+"""Flower deployments: start a SuperLink or SuperNode with safe defaults; submit and await a seed.
+
+``fedbandit superlink`` and ``fedbandit supernode`` build the plain Flower command lines
+(``flower-superlink`` / ``flower-supernode``; print them with ``--print-command``) and run them
+with an environment that keeps Flower quiet and local: no telemetry, no update check, no run-time
+``uv sync``, Flower's state (``FLWR_HOME``) in a folder of our own, and a SuperLink database file
+so that nodes survive a SuperLink restart. A SuperNode hosts one contiguous range of logical
+clients (``--node-config "first-client=F num-clients=N"``), i.e. one client group.
+
+Submitting uses Flower's own CLI (``flwr run``) on the Flower App in ``flwr_app/`` with a run-config
+file carrying the job; ``flwr run`` exits 0 even when the ServerApp fails, so the outcome is read
+from ``flwr ls --run-id``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomli_w
+
+from fedbandit.config import ConfigError
+from fedbandit.flower.simulation import FLOWER_ENVIRONMENT
+
+#: Where ``flwr run`` finds the ServerApp and ClientApp (a shim over this package).
+APP_DIR = Path(__file__).with_name("flwr_app")
+DEFAULT_SUPERLINK_PORT = 9092
+DEFAULT_SUPERNODE_PORT = 9094
+#: Name of the SuperLink connection written to ``$FLWR_HOME/config.toml`` for ``flwr`` commands.
+CONNECTION = "fedbandit"
+#: How often a SuperNode's SuperExec looks for a new ClientApp to start (Flower's default: 1 s).
+TASK_POLL_SECONDS = "0.1"
+#: Seconds between the ServerApp's pulls for replies (each is a request to the SuperLink).
+DEPLOYMENT_POLL_SECONDS = 0.05
+
+
+def flower_environment(state_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for Flower processes: quiet, no installs, state under ``state_dir``, and
+    this Python's ``bin`` first on PATH (Flower starts its helpers by name)."""
+    env = dict(os.environ if base is None else base)
+    env.update(FLOWER_ENVIRONMENT)
+    env["FLWR_HOME"] = str(Path(state_dir).resolve() / "flwr-home")
+    env["RAY_TMPDIR"] = str(Path(state_dir).resolve() / "ray")
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", TASK_POLL_SECONDS)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 as ``[::1]:PORT``) into its parts, with a clear error."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"expected HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def parse_client_range(text: str) -> tuple[int, int]:
+    """``"0-49"`` -> (first client, number of clients) = (0, 50); a single id ``"7"`` is (7, 1)."""
+    first, sep, last = text.partition("-")
+    try:
+        lo, hi = int(first), int(last) if sep else int(first)
+    except ValueError:
+        raise ConfigError(f"--clients expects FIRST-LAST (e.g. 0-49), got {text!r}") from None
+    if lo < 0 or hi < lo:
+        raise ConfigError(f"--clients {text!r}: need 0 <= FIRST <= LAST")
+    return lo, hi - lo + 1
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The SuperLink's TLS files: CA certificate, server certificate and its private key."""
+
+    ca_certfile: Path
+    certfile: Path
+    keyfile: Path
+
+    @staticmethod
+    def from_dir(directory: Path) -> ServerTls:
+        """The files ``fedbandit keys`` makes: ca.crt, server.pem, server.key."""
+        tls = ServerTls(directory / "ca.crt", directory / "server.pem", directory / "server.key")
+        for path in (tls.ca_certfile, tls.certfile, tls.keyfile):
+            if not path.is_file():
+                raise ConfigError(f"TLS file {path} not found (make one with `fedbandit keys`)")
+        return tls
+
+
+def _security(insecure: bool, has_tls: bool, host: str, what: str) -> list[str]:
+    if has_tls and insecure:
+        raise ConfigError(f"{what}: choose TLS files or --insecure, not both")
+    if not has_tls and not insecure:
+        raise ConfigError(
+            f"{what}: give TLS files (see `fedbandit keys`) or pass --insecure explicitly "
+            "(plain HTTP, meant for loopback)"
+        )
+    if insecure and not is_loopback(host):
+        print(
+            f"fedbandit: warning: {what} without TLS on {host}: traffic is not encrypted",
+            file=sys.stderr,
+        )
+    return ["--insecure"] if insecure else []
+
+
+def superlink_command(
+    state_dir: Path,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_SUPERLINK_PORT,
+    tls: ServerTls | None = None,
+    insecure: bool = False,
+    node_auth: bool = False,
+) -> list[str]:
+    """The ``flower-superlink`` command line (one port serves nodes, ``flwr`` and the ServerApp)."""
+    command = ["flower-superlink", *_security(insecure, tls is not None, host, "SuperLink")]
+    if tls is not None:
+        command += [
+            "--ssl-ca-certfile",
+            str(tls.ca_certfile),
+            "--ssl-certfile",
+            str(tls.certfile),
+            "--ssl-keyfile",
+            str(tls.keyfile),
+        ]
+    if node_auth:
+        if tls is None:
+            raise ConfigError("SuperNode authentication needs TLS (Flower refuses it with HTTP)")
+        command.append("--enable-supernode-auth")
+    command += [
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--database",
+        str(Path(state_dir).resolve() / "superlink.db"),
+        "--disable-runtime-dependency-installation",
+    ]
+    return command
+
+
+def supernode_command(
+    superlink: str,
+    clients: tuple[int, int],
+    port: int = DEFAULT_SUPERNODE_PORT,
+    root_certificates: Path | None = None,
+    insecure: bool = False,
+    auth_key: Path | None = None,
+    state_dir: Path | None = None,
+    fast_poll: bool = True,
+    warm: bool = True,
+) -> list[str]:
+    """The ``flower-supernode`` command line for a node serving ``clients`` = (first, count).
+
+    With ``state_dir`` the node's client statistics are also saved there after every message, so
+    a restarted SuperNode resumes (see ``fedbandit.flower.apps``). With ``fast_poll`` Flower's
+    SuperNode runs through ``fedbandit.flower.supernode_main`` (shorter idle poll, same
+    arguments). With ``warm`` (needs ``fast_poll``) that launcher also starts
+    ``fedbandit.flower.warm_executor``, which runs every ClientApp task in one warm process, and
+    the SuperNode runs with ``--isolation process``; without it Flower starts a new
+    ``flwr-clientapp`` process per message."""
+    host, _ = split_address(superlink)
+    if warm and not fast_poll:
+        raise ConfigError(
+            "the warm ClientApp executor runs through fedbandit's SuperNode launcher (fast_poll); "
+            "plain flower-supernode starts a ClientApp process per message (warm=False)"
+        )
+    first, count = clients
+    node_config = f"first-client={first} num-clients={count}"
+    if state_dir is not None:
+        node_config += f' state-dir="{Path(state_dir).resolve() / "clients"}"'
+    launcher = (
+        [sys.executable, "-m", "fedbandit.flower.supernode_main"]
+        if fast_poll
+        else ["flower-supernode"]
+    )
+    if warm:
+        launcher += ["--warm-executor", "--isolation", "process"]
+    command = [*launcher, *_security(insecure, root_certificates is not None, host, "SuperNode")]
+    if root_certificates is not None:
+        command += ["--root-certificates", str(root_certificates)]
+    if auth_key is not None:
+        if not Path(auth_key).is_file():
+            raise ConfigError(f"node key {auth_key} not found (make one with `fedbandit keys`)")
+        command += ["--auth-supernode-private-key", str(auth_key)]
+    command += [
+        "--superlink",
+        superlink,
+        "--port",
+        str(port),
+        "--node-config",
+        node_config,
+        "--max-wait-time",
+        "600",
+    ]
+    return command
+
+
+def write_connection(
+    flwr_home: Path, superlink: str, insecure: bool, root_certificates: Path | None
+) -> None:
+    """``$FLWR_HOME/config.toml`` with the SuperLink connection the ``flwr`` commands use."""
+    connection: dict[str, object] = {"address": superlink}
+    if insecure:
+        connection["insecure"] = True
+    elif root_certificates is not None:
+        connection["root-certificates"] = str(Path(root_certificates).resolve())
+    else:
+        raise ConfigError("give --root-certificates (TLS) or --insecure for the SuperLink")
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    text = tomli_w.dumps({"superlink": {"default": CONNECTION, CONNECTION: connection}})
+    (flwr_home / "config.toml").write_text(text)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """How to reach a SuperLink with the ``flwr`` CLI."""
+
+    superlink: str
+    state_dir: Path
+    insecure: bool = False
+    root_certificates: Path | None = None
+    run_timeout: float = 3600.0
+    #: Seconds between ``flwr ls`` status checks (each starts a ``flwr`` process).
+    status_seconds: float = 5.0
+
+    def environment(self) -> dict[str, str]:
+        env = flower_environment(self.state_dir)
+        write_connection(
+            Path(env["FLWR_HOME"]), self.superlink, self.insecure, self.root_certificates
+        )
+        return env
+
+    def _flwr(self, env: dict[str, str], *args: str, timeout: float = 120.0) -> str:
+        done = subprocess.run(
+            ["flwr", *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"`flwr {' '.join(args)}` failed ({done.returncode}): "
+                f"{(done.stdout + done.stderr).strip()[-2000:]}"
+            )
+        return done.stdout
+
+    def register_node(self, public_key: Path, name: str | None = None) -> int:
+        """Register a SuperNode's public key (``flwr supernode register``); its node id."""
+        env = self.environment()
+        args = ["supernode", "register", str(public_key), CONNECTION, "--format", "json"]
+        if name:
+            args += ["--name", name]
+        reply = json.loads(self._flwr(env, *args))
+        if not reply.get("success", False):
+            raise RuntimeError(f"registering {public_key} failed: {reply}")
+        return int(reply["node-id"])
+
+    def run(self, run_config: dict[str, object], label: str, done_file: Path | None = None) -> int:
+        """Submit the Flower App with ``run_config``, wait for the run to finish; its run id.
+
+        Raises ``RuntimeError`` with the end of the ServerApp's log when the run fails, and stops
+        the run (``flwr stop``) when interrupted or past ``run_timeout``. ``done_file``, a file
+        the ServerApp writes last, lets a finished run be noticed without polling ``flwr``."""
+        env = self.environment()
+        config_file = Path(env["FLWR_HOME"]) / f"run-config-{label}.toml"
+        config_file.write_text(tomli_w.dumps(run_config))
+        reply = json.loads(
+            self._flwr(
+                env,
+                "run",
+                str(APP_DIR),
+                CONNECTION,
+                "--run-config",
+                str(config_file),
+                "--format",
+                "json",
+            )
+        )
+        if not reply.get("success", False) or "run-id" not in reply:
+            raise RuntimeError(f"the SuperLink at {self.superlink} refused the run: {reply}")
+        run_id = int(reply["run-id"])
+        deadline = time.monotonic() + self.run_timeout
+        try:
+            while True:
+                next_check = time.monotonic() + self.status_seconds
+                while time.monotonic() < next_check:
+                    if done_file is not None and done_file.is_file():
+                        next_check = 0.0  # written last: the run is ending, ask for its status
+                        break
+                    time.sleep(0.1)
+                status = self.status(env, run_id)
+                if status.startswith("finished"):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"run {run_id} ({label}) not finished after {self.run_timeout} s; stopped"
+                    )
+        except BaseException:
+            self._stop(env, run_id)
+            raise
+        if status != "finished:completed":
+            raise RuntimeError(
+                f"run {run_id} ({label}) ended {status!r}; end of its log:\n"
+                f"{self.log_tail(env, run_id)}"
+            )
+        return run_id
+
+    def status(self, env: dict[str, str], run_id: int) -> str:
+        reply = json.loads(
+            self._flwr(env, "ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
+        )
+        runs = reply.get("runs", [])
+        if not runs:
+            raise RuntimeError(f"the SuperLink does not know run {run_id}: {reply}")
+        return str(runs[0]["status"])
+
+    def log_tail(self, env: dict[str, str], run_id: int, lines: int = 40) -> str:
+        try:
+            text = self._flwr(env, "log", str(run_id), CONNECTION, "--show", timeout=60)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            return f"(log unavailable: {err})"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _stop(self, env: dict[str, str], run_id: int) -> None:
+        try:
+            self._flwr(env, "stop", str(run_id), CONNECTION, timeout=60)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            print(f"fedbandit: could not stop run {run_id}: {err}", file=sys.stderr)
+
+
+def run_seed(
+    submission: Submission,
+    config_data: dict[str, object],
+    algorithm: str,
+    seed: int,
+    entropy: list[int],
+    run_dir: Path,
+    job_options: dict[str, object] | None = None,
+) -> int:
+    """Run one (algorithm, seed) on the deployment; the remote ServerApp writes its result files
+    into ``run_dir`` (a path on the SuperLink host). Returns the Flower run id."""
+    from fedbandit.flower.apps import FlowerJob, job_to_json
+    from fedbandit.results import seed_status, seed_stem
+
+    options = {"poll_seconds": DEPLOYMENT_POLL_SECONDS, **(job_options or {})}
+    job = FlowerJob(
+        config=config_data,
+        algorithm=algorithm,
+        entropy=tuple(entropy),
+        num_nodes=0,
+        **options,
+    )
+    run_dir = Path(run_dir).resolve()
+    run_id = submission.run(
+        {"job": job_to_json(job), "result-dir": str(run_dir), "seed": seed},
+        f"{algorithm}-seed{seed}",
+        seed_stem(run_dir, algorithm, seed).with_suffix(".json"),
+    )
+    if seed_status(run_dir, algorithm, seed) is None:
+        raise RuntimeError(
+            f"run {run_id} finished but {run_dir} holds no result for {algorithm} seed {seed}: "
+            "the ServerApp writes into this path on the SuperLink host; run `fedbandit run` "
+            "there or give --out a folder both hosts share"
+        )
+    return run_id

@@ -1,0 +1,137 @@
+"""Start a real Flower deployment (SuperLink + SuperNodes) for tests, and always stop it.
+
+Every process runs in its own session; ``Deployment.close`` terminates each process group (SIGTERM,
+then SIGKILL) and is called by the fixture even when the test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FEDBANDIT = [sys.executable, "-m", "fedbandit.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout} s")
+
+
+@dataclass
+class Deployment:
+    """Processes of one test deployment; ``wrap`` turns an argv into the launched argv (for
+    example ``ip netns exec NAME ...``)."""
+
+    root: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen:
+        log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        command = wrap(list(argv)) if wrap else list(argv)
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            cwd=self.root,
+        )
+        log.close()
+        self.processes[name] = process
+        return process
+
+    def superlink(self, port: int, *extra: str, host: str = "127.0.0.1", wrap=None) -> str:
+        self.start(
+            "superlink",
+            [
+                *FEDBANDIT,
+                "superlink",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--state-dir",
+                str(self.root / "superlink"),
+                *extra,
+            ],
+            wrap,
+        )
+        return f"{host}:{port}"
+
+    def supernode(
+        self, name: str, superlink: str, clients: str, port: int, *extra: str, wrap=None
+    ) -> subprocess.Popen:
+        return self.start(
+            name,
+            [
+                *FEDBANDIT,
+                "supernode",
+                "--superlink",
+                superlink,
+                "--clients",
+                clients,
+                "--port",
+                str(port),
+                "--state-dir",
+                str(self.root / name),
+                *extra,
+            ],
+            wrap,
+        )
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        process = self.processes[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        process.wait(timeout=10)
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in self.processes.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+
+    def logs(self) -> str:
+        """The end of every log, for a failing assertion's message."""
+        return "\n".join(
+            f"--- {name} ---\n" + "\n".join(self.log(name).splitlines()[-15:])
+            for name in self.processes
+        )

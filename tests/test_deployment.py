@@ -1,0 +1,247 @@
+"""Real Flower deployments on this machine: the same results as in-process, lost nodes under both
+failure policies, TLS with SuperNode authentication, and nodes in separate network namespaces.
+
+These start a SuperLink and SuperNodes as processes (a few seconds per round); they are marked
+``slow`` and run in CI with ``make test-slow``. Every process is stopped even when a test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from flower_deploy import Deployment, free_port, wait_for_port
+
+from fedbandit.cli import main
+from fedbandit.results import read_json
+
+pytestmark = pytest.mark.slow
+
+#: A tiny Fed-PE run: 6 clients, T = 256 (about 10 rounds).
+TINY = ["--seeds", "1", "--set", "instance.num_clients=6", "--set", "horizon=256", "--quiet"]
+
+
+@pytest.fixture
+def deployment(tmp_path):
+    deploy = Deployment(tmp_path)
+    try:
+        yield deploy
+    finally:
+        deploy.close()
+
+
+def run_cli(*argv: str) -> int:
+    return main(list(argv))
+
+
+def files_of(run_dir: Path, algorithm: str, suffix: str) -> pd.DataFrame:
+    return pd.read_csv(run_dir / "runs" / algorithm / f"seed_0.{suffix}.csv")
+
+
+def assert_same_results(local: Path, other: Path, algorithms: list[str]) -> None:
+    for algorithm in algorithms:
+        for suffix in ("regret", "comm", "clients"):
+            pd.testing.assert_frame_equal(
+                files_of(local, algorithm, suffix), files_of(other, algorithm, suffix)
+            )
+        a = read_json(local / "runs" / algorithm / "seed_0.json")
+        b = read_json(other / "runs" / algorithm / "seed_0.json")
+        assert a["totals"] == b["totals"]
+        assert b["status"] == "complete"
+
+
+def start_loopback(deploy: Deployment, ranges: list[str], *node_args: str) -> str:
+    port = free_port()
+    superlink = deploy.superlink(port, "--insecure")
+    wait_for_port("127.0.0.1", port)
+    for i, clients in enumerate(ranges):
+        deploy.supernode(f"node{i}", superlink, clients, free_port(), "--insecure", *node_args)
+    return superlink
+
+
+def test_three_runtimes_give_identical_results(deployment, tmp_path):
+    """The framework's promise: local, flower-sim and a flower deployment agree bit for bit
+    (regret curves, per-client regret and pulls, communication records and totals)."""
+    algorithms = ["fedpe", "fedpe_shared"]
+    experiment = ["fedpe_shared_tiny", *TINY, "--set", f"algorithms={json.dumps(algorithms)}"]
+    superlink = start_loopback(deployment, ["0-2", "3-5"])
+    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
+    assert run_cli("run", *experiment, "--runtime", "flower-sim", "--nodes", "2",
+                   "--out", str(tmp_path / "sim")) == 0  # fmt: skip
+    code = run_cli(
+        "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
+        "--out", str(tmp_path / "flower"),
+    )  # fmt: skip
+    assert code == 0, deployment.logs()
+    assert_same_results(tmp_path / "local", tmp_path / "sim", algorithms)
+    assert_same_results(tmp_path / "local", tmp_path / "flower", algorithms)
+    latency = files_of(tmp_path / "flower", "fedpe", "latency")
+    assert list(latency.columns) == [
+        "round", "kind", "server_s", "exchange_s", "client_s", "transport_s",
+    ]  # fmt: skip
+    assert (latency["exchange_s"] > 0).all() and (latency["client_s"] > 0).all()
+    manifest = read_json(tmp_path / "flower" / "manifest.json")
+    assert manifest["runtime"] == "flower" and manifest["status"] == "complete"
+
+
+def wait_for_rounds(deploy: Deployment, node: str, rounds: int, timeout: float = 120) -> None:
+    """Until ``node`` has received ``rounds`` round messages (its log says so)."""
+    deadline = time.monotonic() + timeout
+    while deploy.log(node).count("Receiving: train.step") < rounds:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{node} got fewer than {rounds} rounds:\n{deploy.logs()}")
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("policy", ["abort", "drop"])
+def test_node_killed_mid_run(deployment, tmp_path, policy):
+    """SIGKILL one of three nodes after round 3: "abort" keeps the results so far, marked
+    incomplete, naming the lost clients; "drop" finishes without them and records it."""
+    import threading
+
+    superlink = start_loopback(deployment, ["0-1", "2-3", "4-5"])
+    killer = threading.Thread(
+        target=lambda: (wait_for_rounds(deployment, "node2", 3), deployment.kill("node2"))
+    )
+    killer.start()
+    out = tmp_path / "out"
+    code = run_cli(
+        "run", "fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]', "--runtime", "flower",
+        "--superlink", superlink, "--insecure", "--out", str(out), "--round-timeout", "15",
+        "--on-client-failure", policy,
+    )  # fmt: skip
+    killer.join(timeout=200)
+    info = read_json(out / "runs" / "fedpe" / "seed_0.json")
+    manifest = read_json(out / "manifest.json")
+    if policy == "abort":
+        assert code != 0
+        assert info["status"] == "aborted"
+        assert "4-5" in info["failure"] and "no reply" in info["failure"]
+        assert manifest["status"] == "incomplete"
+        assert "fedpe/seed_0" in manifest["aborted_seeds"]
+        clients = files_of(out, "fedpe", "clients")
+        assert clients["client_id"].tolist() == [0, 1, 2, 3]  # the survivors' regret so far
+        assert (clients["pulls"] < 256).all()
+    else:
+        assert code == 0, deployment.logs()
+        assert info["status"] == "complete"
+        assert set(info["dropped"]) == {"4", "5"}
+        assert manifest["status"] == "complete"
+        assert manifest["dropped_clients"]["fedpe/seed_0"] == info["dropped"]
+        clients = files_of(out, "fedpe", "clients")
+        assert clients["client_id"].tolist() == [0, 1, 2, 3]
+        assert (clients["pulls"] == 256).all()
+        # after the drop no message is addressed to clients 4-5: fewer downlink messages
+        comm = files_of(out, "fedpe", "comm")
+        last = comm[comm["direction"] == "downlink"].iloc[-1]
+        assert last["messages"] <= 4
+
+
+def test_tls_with_node_authentication(deployment, tmp_path):
+    """TLS + SuperNode authentication: a registered node serves its clients; a node whose key
+    is not registered is refused and exits."""
+    from fedbandit.flower.certs import make_dev_pki
+
+    pki = make_dev_pki(tmp_path / "pki", ["127.0.0.1", "localhost"], ["node0", "rogue"])
+    port = free_port()
+    superlink = deployment.superlink(port, "--tls-dir", str(pki.out_dir), "--node-auth")
+    wait_for_port("127.0.0.1", port)
+    ca = str(pki.ca_cert)
+    assert run_cli(
+        "register-node", str(pki.out_dir / "nodes" / "node0.pub"), "--superlink", superlink,
+        "--root-certificates", ca, "--state-dir", str(tmp_path / "cli"),
+    ) == 0  # fmt: skip
+    key = {n.name: str(n.private_key) for n in pki.nodes}
+    deployment.supernode("node0", superlink, "0-5", free_port(), "--root-certificates", ca,
+                         "--auth-key", key["node0"])  # fmt: skip
+    rogue = deployment.supernode("rogue", superlink, "0-5", free_port(),
+                                 "--root-certificates", ca, "--auth-key", key["rogue"])  # fmt: skip
+    assert rogue.wait(timeout=60) != 0
+    assert "Failed to activate SuperNode" in deployment.log("rogue") or "2004" in deployment.log(
+        "rogue"
+    )
+    out = tmp_path / "out"
+    code = run_cli(
+        "run", "fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]', "--runtime", "flower",
+        "--superlink", superlink, "--root-certificates", ca, "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, deployment.logs()
+    assert read_json(out / "runs" / "fedpe" / "seed_0.json")["status"] == "complete"
+
+
+def test_superlink_survives_restart_with_its_database(deployment, tmp_path):
+    """Nodes stay registered across a SuperLink restart (the --database file)."""
+    superlink = start_loopback(deployment, ["0-5"])
+    time.sleep(3)
+    deployment.kill("superlink", signal.SIGTERM)
+    port = int(superlink.rsplit(":", 1)[1])
+    deployment.superlink(port, "--insecure")
+    wait_for_port("127.0.0.1", port)
+    out = tmp_path / "out"
+    code = run_cli(
+        "run", "fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]', "--runtime", "flower",
+        "--superlink", superlink, "--insecure", "--out", str(out), "--start-deadline", "90",
+    )  # fmt: skip
+    assert code == 0, deployment.logs()
+
+
+def test_nodes_on_other_hosts_network_namespaces(deployment, tmp_path):
+    """A SuperLink in one network namespace, three SuperNodes in three others (joined by a
+    bridge), the run submitted from the root namespace: the same results as in-process."""
+    from netns import netns_available, virtual_hosts
+
+    if reason := netns_available():
+        pytest.skip(reason)
+    experiment = ["fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]']
+    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
+    with virtual_hosts(4) as net:
+        link, nodes = net.hosts[0], net.hosts[1:]
+        port = 9092
+        superlink = deployment.superlink(port, "--insecure", host=link.address, wrap=link.command)
+        net.wait_for_tcp(link.address, port, timeout=30)
+        for i, (node, clients) in enumerate(zip(nodes, ["0-1", "2-3", "4-5"], strict=True)):
+            deployment.supernode(
+                f"node{i}", superlink, clients, 9094, "--insecure", wrap=node.command
+            )
+        code = run_cli(
+            "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
+            "--out", str(tmp_path / "flower"),
+        )  # fmt: skip
+        assert code == 0, deployment.logs()
+        deployment.close()
+    assert_same_results(tmp_path / "local", tmp_path / "flower", ["fedpe"])
+
+
+def test_restarted_supernode_resumes_from_its_saved_state(deployment, tmp_path):
+    """A SuperNode started with --persist is killed after round 3 and restarted with the same
+    state folder: the server hands its clients to the new node, which resumes from disk; the
+    results are those of an uninterrupted run."""
+    import threading
+
+    experiment = ["fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]']
+    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
+    superlink = start_loopback(deployment, ["0-2", "3-5"], "--persist")
+
+    restarted = threading.Event()
+
+    def kill_and_restart() -> None:
+        wait_for_rounds(deployment, "node1", 3)
+        deployment.kill("node1")
+        deployment.supernode("node1", superlink, "3-5", free_port(), "--insecure", "--persist")
+        restarted.set()
+
+    restarter = threading.Thread(target=kill_and_restart)
+    restarter.start()
+    code = run_cli(
+        "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
+        "--out", str(tmp_path / "flower"), "--round-timeout", "15", "--reconnect-timeout", "90",
+    )  # fmt: skip
+    restarter.join(timeout=120)
+    assert restarted.is_set(), "node1 was never killed and restarted"
+    assert code == 0, deployment.logs()
+    assert_same_results(tmp_path / "local", tmp_path / "flower", ["fedpe"])
+    assert list((tmp_path / "node1" / "clients").glob("run-*/clients-3-3.npz"))
