@@ -183,11 +183,20 @@ def bench_linucb(quick: bool = False) -> dict[str, Any]:
     }
 
 
+def bench_deploy(quick: bool = False) -> dict[str, Any]:
+    """A Flower deployment on loopback (SuperLink + 4 SuperNodes): Fed-PE's wall time and round
+    latency, its exchanges against a bare Flower echo app, and node memory at M = 10,000."""
+    from fedbandit.bench_deploy import deploy_benchmark
+
+    return deploy_benchmark(quick=quick)
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "design": bench_design,
     "fedpe": bench_fedpe,
     "scale": bench_scale,
     "linucb": bench_linucb,
+    "deploy": bench_deploy,
 }
 
 
@@ -241,6 +250,10 @@ def format_table(name: str, result: dict[str, Any]) -> str:
             )
         )
         title = f"linucb: K={result['K']}, d={result['d']}, Gaussian contexts"
+    elif name == "deploy":
+        from fedbandit.bench_deploy import format_deploy
+
+        title, rows = format_deploy(result)
     else:
         rows = [("M", "T", "seconds", "peak RSS MB")]
         for point in result["growth_with_M"] + result["growth_with_T"][:-1]:

@@ -1,0 +1,1 @@
+"""A bare Flower Message-API echo app (the yardstick of ``fedbandit bench deploy``)."""

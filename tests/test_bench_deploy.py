@@ -1,0 +1,222 @@
+"""``fedbandit bench deploy``: its pure helpers, the echo app's layout, and (slow) a quick run."""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import subprocess
+import sys
+import time
+import tomllib
+
+import pandas as pd
+import pytest
+
+from fedbandit.bench import BENCHMARKS, format_table
+from fedbandit.bench_deploy import (
+    ECHO_APP_DIR,
+    PORTS,
+    Cluster,
+    RssSampler,
+    _running,
+    client_ranges,
+    echo_run_config,
+    median_p90,
+    payload_sizes,
+    process_tree,
+    rss_kb,
+    tree_rss_kb,
+)
+from fedbandit.cli import build_parser
+
+
+def test_client_ranges_split_contiguously():
+    assert client_ranges(100, 4) == ["0-24", "25-49", "50-74", "75-99"]
+    assert client_ranges(10_000, 4)[-1] == "7500-9999"
+    assert client_ranges(10, 4) == ["0-2", "3-5", "6-7", "8-9"]
+    with pytest.raises(ValueError):
+        client_ranges(3, 4)
+
+
+def test_payload_sizes_divide_each_rounds_bytes_over_the_nodes(tmp_path):
+    comm = tmp_path / "seed_0.comm.csv"
+    pd.DataFrame(
+        [
+            (0, "explore", "downlink", 5.0, 8, 48, 352),
+            (0, "report", "uplink", 5.0, 8, 168, 1184),
+            (1, "eliminate", "downlink", 5.0, 8, 488, 3905),
+            (1, "active_set", "uplink", 5.0, 8, 40, 40),
+            (2, "explore", "downlink", 10.0, 8, 48, 352),
+        ],
+        columns=["round", "kind", "direction", "t", "messages", "scalars", "bytes"],
+    ).to_csv(comm, index=False)
+    # rounded up; a round without replies has an uplink of 0 bytes
+    assert payload_sizes(comm, 4) == [(88, 296), (977, 10), (88, 0)]
+
+
+def test_median_p90():
+    assert median_p90([1.0, 2.0, 3.0, 4.0, 5.0]) == (3.0, pytest.approx(4.6))
+    assert all(math.isnan(v) for v in median_p90([]))
+
+
+def test_rss_of_a_process_tree_counts_the_children():
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; x = b'x' * (64 << 20); time.sleep(30)"]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while rss_kb(child.pid) < (64 << 10) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = process_tree(os.getpid())
+        assert tree[0] == os.getpid() and child.pid in tree
+        own = rss_kb(os.getpid())
+        assert own > 0
+        assert tree_rss_kb(os.getpid()) >= own + (64 << 10)
+        with RssSampler({"me": os.getpid(), "child": child.pid}, interval=0.05) as sampler:
+            time.sleep(0.3)
+        assert sampler.samples >= 2
+        assert sampler.peak_mb["child"] >= 64
+        assert sampler.peak_mb["me"] >= sampler.peak_mb["child"]
+    finally:
+        child.kill()
+        child.wait()
+    assert rss_kb(child.pid) == 0  # gone
+
+
+def test_cluster_ports_are_distinct_and_in_range(tmp_path):
+    cluster = Cluster(tmp_path)
+    ports = [cluster.port() for _ in range(5)]
+    assert len(set(ports)) == 5
+    assert all(p in PORTS for p in ports)
+
+
+def test_cluster_stop_ends_descendants_in_other_sessions(tmp_path):
+    """As a SuperLink's ServerApp: a grandchild in a session of its own, which outlives its
+    parent's process group."""
+    grandchild = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+        f"open({str(grandchild)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    cluster = Cluster(tmp_path)
+    parent = cluster.launch("parent", [sys.executable, "-c", script])
+    deadline = time.monotonic() + 20
+    while not grandchild.exists() or not grandchild.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pid = int(grandchild.read_text())
+    assert os.getpgid(pid) != parent.pid
+    cluster.check_alive()
+    cluster.close()
+    assert parent.returncode is not None
+    assert not _running(pid) and not cluster.alive  # gone, or a zombie left to init
+
+
+def test_echo_app_is_a_flower_app_with_defaults_for_every_run_config_key(tmp_path):
+    project = tomllib.loads((ECHO_APP_DIR / "pyproject.toml").read_text())
+    app = project["tool"]["flwr"]["app"]
+    assert app["publisher"]
+    for ref in app["components"].values():
+        module, attribute = ref.split(":")
+        source = (ECHO_APP_DIR / (module.replace(".", "/") + ".py")).read_text()
+        targets = [
+            t.id
+            for node in ast.parse(source).body
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        ]
+        assert attribute in targets  # Flower checks the components by parsing the source
+    config = echo_run_config([(10, 20)], tmp_path / "out.json")
+    assert set(config) <= set(app["config"])
+    for key, value in config.items():
+        assert type(value) is type(app["config"][key]), key
+
+
+def test_deploy_is_a_benchmark_and_a_cli_choice():
+    assert "deploy" in BENCHMARKS
+    assert build_parser().parse_args(["bench", "deploy", "--quick"]).name == "deploy"
+
+
+def _fake_result() -> dict:
+    return {
+        "quick": True,
+        "nodes": 4,
+        "startup_s": 12.0,
+        "fedpe": {
+            "M": 8,
+            "T": 16,
+            "clients_per_node": 2,
+            "rounds": 9,
+            "wall_s": 40.0,
+            "serverapp_s": 30.0,
+            "median_server_s": 0.01,
+            "median_transport_s": 0.5,
+            "median_client_s": 0.02,
+            "median_exchange_s": 0.52,
+            "identical": True,
+            "target_wall_s": 180.0,
+        },
+        "echo": {
+            "rounds": 9,
+            "same_nodes_one_run": True,
+            "poll_s": 0.05,
+            "median_downlink_bytes_per_node": 88.0,
+            "median_uplink_bytes_per_node": 250.0,
+            "fedbandit_median_s": 0.52,
+            "echo_median_s": 0.4,
+            "ratio": 1.3,
+            "fedbandit_p90_s": 0.7,
+            "echo_p90_s": 0.5,
+            "ratio_p90": 1.4,
+            "fedbandit_median_transport_s": 0.5,
+            "echo_median_transport_s": 0.4,
+            "target_ratio": 1.5,
+        },
+        "memory": {
+            "M": 400,
+            "T": 16,
+            "clients_per_node": 100,
+            "rounds": 9,
+            "wall_s": 50.0,
+            "peak_rss_mb_per_node": [240.0, 241.0, 242.0, 243.0],
+            "peak_rss_mb_max_node": 243.0,
+            "peak_rss_mb_superlink": 500.0,
+            "samples": 250,
+            "sample_s": 0.2,
+            "target_peak_mb": 2048.0,
+        },
+    }
+
+
+def test_format_table_prints_every_part():
+    table = format_table("deploy", _fake_result())
+    assert table.startswith("deploy: SuperLink + 4 SuperNodes")
+    assert "same nodes in one run" in table
+    for text in ("40.0 s", "<= 180 s", "0.010 / 0.500 / 0.020 s", "true", "1.30", "<= 1.5",
+                 "240 241 242 243", "<= 2048"):  # fmt: skip
+        assert text in table, text
+
+
+@pytest.mark.slow
+def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
+    result = BENCHMARKS["deploy"](quick=True)
+    assert set(result) == {"quick", "nodes", "startup_s", "fedpe", "echo", "memory"}
+    fedpe, echo, memory = result["fedpe"], result["echo"], result["memory"]
+    assert result["quick"] is True and result["nodes"] == 4
+    assert fedpe["identical"] is True
+    assert fedpe["wall_s"] > 0 and fedpe["rounds"] > 0
+    for key in ("median_server_s", "median_transport_s", "median_client_s"):
+        assert fedpe[key] >= 0, key
+    assert echo["rounds"] == fedpe["rounds"] and echo["same_nodes_one_run"]
+    assert echo["fedbandit_median_s"] > 0 and echo["echo_median_s"] > 0
+    assert math.isfinite(echo["ratio"]) and echo["ratio"] > 0
+    assert math.isfinite(echo["ratio_p90"])
+    assert memory["M"] == 400 and memory["wall_s"] > 0 and memory["samples"] > 0
+    assert len(memory["peak_rss_mb_per_node"]) == 4
+    assert all(0 < mb < 2048 for mb in memory["peak_rss_mb_per_node"])
+    assert "deploy:" in format_table("deploy", result)
