@@ -111,7 +111,7 @@ def test_node_killed_mid_run(deployment, tmp_path, policy):
     out = tmp_path / "out"
     code = run_cli(
         "run", "fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]', "--runtime", "flower",
-        "--superlink", superlink, "--insecure", "--out", str(out), "--round-timeout", "15",
+        "--superlink", superlink, "--insecure", "--out", str(out), "--round-timeout", "45",
         "--on-client-failure", policy,
     )  # fmt: skip
     killer.join(timeout=200)
@@ -238,7 +238,7 @@ def test_restarted_supernode_resumes_from_its_saved_state(deployment, tmp_path):
     restarter.start()
     code = run_cli(
         "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
-        "--out", str(tmp_path / "flower"), "--round-timeout", "15", "--reconnect-timeout", "90",
+        "--out", str(tmp_path / "flower"), "--round-timeout", "45", "--reconnect-timeout", "90",
     )  # fmt: skip
     restarter.join(timeout=120)
     assert restarted.is_set(), "node1 was never killed and restarted"
