@@ -15,6 +15,9 @@ in 9800-9899) and always stops them, also when interrupted. Then:
 3. **memory**: the nodes restarted with 2,500 clients each (M = 10,000), a Fed-PE run while the
    resident memory (VmRSS) of each node's process tree (SuperNode and its ClientApp executor) is
    sampled every 0.2 s: the peak per node, and the wall time.
+4. **in-memory**: every process stopped, a SuperLink started with ``--in-memory`` (Flower's
+   ``:flwr-in-memory:`` state instead of a SQLite file) and four fresh SuperNodes, then step 1's
+   run again: its wall time and median exchange as ratios to step 1's.
 """
 
 from __future__ import annotations
@@ -256,12 +259,19 @@ class Cluster:
         self.alive.add(name)
         return process
 
-    def start_superlink(self) -> str:
+    def start_superlink(self, name: str = "superlink", in_memory: bool = False) -> str:
+        """A SuperLink named ``name`` (state in ``ROOT/NAME``); with ``in_memory`` it keeps its
+        state in memory instead of a database file. Its address becomes ``self.superlink``."""
         port = self.port()
-        self.start(
+        argv = [
             "superlink",
-            ["superlink", "--insecure", "--port", str(port), "--state-dir", str(self.root / "sl")],
-        )
+            "--insecure",
+            "--port",
+            str(port),
+            "--state-dir",
+            str(self.root / name),
+        ]
+        self.start(name, [*argv, "--in-memory"] if in_memory else argv)
         wait_for_port(port)
         self.superlink = f"127.0.0.1:{port}"
         return self.superlink
@@ -479,17 +489,18 @@ def _seed_file(out: Path, suffix: str) -> Path:
     return out / "runs" / "fedpe" / f"seed_0.{suffix}"
 
 
-def measure_fedpe(cluster: Cluster, sizes: Sizes, root: Path) -> dict[str, Any]:
-    """Step 1: the deployed run's wall time and latency split, and the check against local."""
-    flower_out, local_out = root / "fedpe-flower", root / "fedpe-local"
+def measure_fedpe(cluster: Cluster, sizes: Sizes, root: Path, tag: str = "fedpe") -> dict[str, Any]:
+    """Step 1: the deployed run's wall time and latency split, and the check against local
+    (outputs in ``ROOT/TAG-flower`` and ``ROOT/TAG-local``)."""
+    flower_out, local_out = root / f"{tag}-flower", root / f"{tag}-local"
     experiment = experiment_args(sizes.clients, sizes.horizon)
     connect = ["--runtime", "flower", "--superlink", cluster.superlink, "--insecure"]
     wall = run_fedbandit(
-        ["run", *experiment, *connect, "--out", str(flower_out)], root / "fedpe-flower.log"
+        ["run", *experiment, *connect, "--out", str(flower_out)], root / f"{tag}-flower.log"
     )
     run_fedbandit(
         ["run", *experiment, "--runtime", "local", "--out", str(local_out)],
-        root / "fedpe-local.log",
+        root / f"{tag}-local.log",
     )
     latency = pd.read_csv(_seed_file(flower_out, "latency.csv"))
     seed = json.loads(_seed_file(flower_out, "json").read_text())
@@ -605,6 +616,30 @@ def measure_memory(
     }
 
 
+def measure_in_memory(
+    cluster: Cluster, submission_dir: Path, sizes: Sizes, root: Path, fedpe: dict[str, Any]
+) -> dict[str, Any]:
+    """Step 4: every process of steps 1-3 stopped, a SuperLink with ``--in-memory`` and four
+    fresh SuperNodes, and step 1's run again: its wall time and median exchange against step 1's
+    (a SuperLink database file in step 1)."""
+    from fedbandit.flower.deployment import Submission
+
+    cluster.stop(list(cluster.alive))
+    cluster.start_superlink("superlink-in-memory", in_memory=True)
+    submission = Submission(cluster.superlink, submission_dir, insecure=True)
+    cluster.start_nodes(sizes.clients, "in-memory")
+    wait_for_nodes(cluster, submission, exclude=set())
+    run = measure_fedpe(cluster, sizes, root, tag="in-memory")
+    return {
+        "wall_s": run["wall_s"],
+        "median_exchange_s": run["median_exchange_s"],
+        "median_transport_s": run["median_transport_s"],
+        "identical": run["identical"],
+        "wall_ratio": run["wall_s"] / fedpe["wall_s"],
+        "exchange_ratio": run["median_exchange_s"] / fedpe["median_exchange_s"],
+    }
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """In the main thread, SIGTERM raises ``KeyboardInterrupt`` (so that ``finally`` blocks stop
@@ -646,6 +681,7 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
             fedpe = measure_fedpe(cluster, sizes, root)
             echo = measure_echo(cluster, submission, fedpe, root)
             memory = measure_memory(cluster, submission, sizes, root, nodes)
+            in_memory = measure_in_memory(cluster, root / "flwr-cli-in-memory", sizes, root, fedpe)
             ok = True
         except BaseException:
             print(f"fedbandit bench deploy: failed; logs kept in {root}", file=sys.stderr)
@@ -661,6 +697,7 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
         "fedpe": {k: v for k, v in fedpe.items() if not k.startswith("_")},
         "echo": echo,
         "memory": memory,
+        "in_memory": in_memory,
     }
 
 
@@ -674,6 +711,8 @@ def format_deploy(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
     part1 = f"1 fedpe M={fedpe['M']} T={fedpe['T']}"
     part2 = "2 fedbandit vs echo"
     part3 = f"3 memory M={memory['M']} T={memory['T']}"
+    part4 = "4 part 1, SuperLink --in-memory"
+    in_memory = result["in_memory"]
     per_node = " ".join(f"{mb:.0f}" for mb in memory["peak_rss_mb_per_node"])
     rows = [
         ("part", "measure", "value", "target"),
@@ -700,6 +739,12 @@ def format_deploy(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
          f"<= {memory['target_peak_mb']:.0f}"),
         ("", "peak RSS SuperLink tree (with ServerApp), MB",
          f"{memory['peak_rss_mb_superlink']:.0f}", ""),
+        (part4, "wall time of `fedbandit run`",
+         f"{in_memory['wall_s']:.1f} s ({in_memory['wall_ratio']:.2f} x part 1)", ""),
+        ("", "median exchange",
+         f"{in_memory['median_exchange_s']:.3f} s ({in_memory['exchange_ratio']:.2f} x part 1)",
+         ""),
+        ("", "regret identical to local run", str(in_memory["identical"]).lower(), "true"),
     ]  # fmt: skip
     title = (
         f"deploy: SuperLink + {result['nodes']} SuperNodes on loopback (started in "

@@ -121,7 +121,7 @@ def _cmd_superlink(args: argparse.Namespace) -> int:
 
     tls = ServerTls.from_dir(args.tls_dir) if args.tls_dir else None
     command = superlink_command(
-        args.state_dir, args.host, args.port, tls, args.insecure, args.node_auth
+        args.state_dir, args.host, args.port, tls, args.insecure, args.node_auth, args.in_memory
     )
     return _exec_flower(command, args.state_dir, args.print_command)
 
@@ -176,6 +176,12 @@ def _add_deployment_commands(sub: argparse._SubParsersAction) -> None:
     link.add_argument("--insecure", action="store_true", help="plain HTTP (loopback only)")
     link.add_argument(
         "--node-auth", action="store_true", help="only registered SuperNodes may join (TLS)"
+    )
+    link.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="keep the SuperLink state in memory: faster rounds, but a SuperLink restart forgets "
+        "nodes, runs and registered keys",
     )
     link.add_argument("--print-command", action="store_true", help="print the Flower command")
     link.set_defaults(func=_cmd_superlink)

@@ -190,6 +190,14 @@ def _fake_result() -> dict:
             "sample_s": 0.2,
             "target_peak_mb": 2048.0,
         },
+        "in_memory": {
+            "wall_s": 30.0,
+            "median_exchange_s": 0.26,
+            "median_transport_s": 0.25,
+            "identical": True,
+            "wall_ratio": 0.75,
+            "exchange_ratio": 0.5,
+        },
     }
 
 
@@ -198,14 +206,15 @@ def test_format_table_prints_every_part():
     assert table.startswith("deploy: SuperLink + 4 SuperNodes")
     assert "same nodes in one run" in table
     for text in ("40.0 s", "<= 180 s", "0.010 / 0.500 / 0.020 s", "true", "1.30", "<= 1.5",
-                 "240 241 242 243", "<= 2048"):  # fmt: skip
+                 "240 241 242 243", "<= 2048", "30.0 s (0.75 x part 1)",
+                 "0.260 s (0.50 x part 1)"):  # fmt: skip
         assert text in table, text
 
 
 @pytest.mark.slow
 def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     result = BENCHMARKS["deploy"](quick=True)
-    assert set(result) == {"quick", "nodes", "startup_s", "fedpe", "echo", "memory"}
+    assert set(result) == {"quick", "nodes", "startup_s", "fedpe", "echo", "memory", "in_memory"}
     fedpe, echo, memory = result["fedpe"], result["echo"], result["memory"]
     assert result["quick"] is True and result["nodes"] == 4
     assert fedpe["identical"] is True
@@ -219,4 +228,7 @@ def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     assert memory["M"] == 400 and memory["wall_s"] > 0 and memory["samples"] > 0
     assert len(memory["peak_rss_mb_per_node"]) == 4
     assert all(0 < mb < 2048 for mb in memory["peak_rss_mb_per_node"])
+    in_memory = result["in_memory"]
+    assert in_memory["identical"] is True
+    assert in_memory["wall_s"] > 0 and math.isfinite(in_memory["exchange_ratio"])
     assert "deploy:" in format_table("deploy", result)

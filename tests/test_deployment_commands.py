@@ -39,6 +39,8 @@ def test_superlink_command_has_safe_defaults(tmp_path):
     assert command[:2] == ["flower-superlink", "--insecure"]
     assert "--disable-runtime-dependency-installation" in command
     assert command[command.index("--database") + 1] == str(tmp_path.resolve() / "superlink.db")
+    in_memory = superlink_command(tmp_path, insecure=True, in_memory=True)
+    assert in_memory[in_memory.index("--database") + 1] == ":flwr-in-memory:"
     with pytest.raises(ConfigError, match="--insecure explicitly"):
         superlink_command(tmp_path)
     with pytest.raises(ConfigError, match="needs TLS"):

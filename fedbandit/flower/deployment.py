@@ -115,6 +115,10 @@ def _security(insecure: bool, has_tls: bool, host: str, what: str) -> list[str]:
     return ["--insecure"] if insecure else []
 
 
+IN_MEMORY_DATABASE = ":flwr-in-memory:"
+"""Flower's name for a SuperLink state that lives in memory only."""
+
+
 def superlink_command(
     state_dir: Path,
     host: str = "127.0.0.1",
@@ -122,8 +126,14 @@ def superlink_command(
     tls: ServerTls | None = None,
     insecure: bool = False,
     node_auth: bool = False,
+    in_memory: bool = False,
 ) -> list[str]:
-    """The ``flower-superlink`` command line (one port serves nodes, ``flwr`` and the ServerApp)."""
+    """The ``flower-superlink`` command line (one port serves nodes, ``flwr`` and the ServerApp).
+
+    The SuperLink keeps its state in ``state_dir/superlink.db`` so registered and connected nodes
+    survive a SuperLink restart. ``in_memory`` uses Flower's ``:flwr-in-memory:`` store instead:
+    rounds are faster (no SQLite writes per message) but a restart forgets every node, run and
+    registered key."""
     command = ["flower-superlink", *_security(insecure, tls is not None, host, "SuperLink")]
     if tls is not None:
         command += [
@@ -144,7 +154,7 @@ def superlink_command(
         "--port",
         str(port),
         "--database",
-        str(Path(state_dir).resolve() / "superlink.db"),
+        IN_MEMORY_DATABASE if in_memory else str(Path(state_dir).resolve() / "superlink.db"),
         "--disable-runtime-dependency-installation",
     ]
     return command
