@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import tomli_w
 
 if TYPE_CHECKING:
     from fedbandit.flower.deployment import Submission
@@ -352,28 +351,6 @@ class Cluster:
         )
 
 
-def _flwr(env: dict[str, str], *args: str, timeout: float = 120.0) -> str:
-    done = subprocess.run(
-        ["flwr", *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"`flwr {' '.join(args)}` failed ({done.returncode}): "
-            f"{(done.stdout + done.stderr).strip()[-2000:]}"
-        )
-    return done.stdout
-
-
-def online_nodes(submission: Submission) -> set[str]:
-    """Ids of the SuperNodes the SuperLink lists as online (``flwr supernode ls``)."""
-    from fedbandit.flower.deployment import CONNECTION
-
-    reply = json.loads(
-        _flwr(submission.environment(), "supernode", "ls", CONNECTION, "--format", "json")
-    )
-    return {str(n["node-id"]) for n in reply.get("nodes", []) if n.get("status") == "online"}
-
-
 def wait_for_nodes(
     cluster: Cluster, submission: Submission, exclude: set[str], timeout: float = 180.0
 ) -> set[str]:
@@ -381,58 +358,11 @@ def wait_for_nodes(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         cluster.check_alive()
-        nodes = online_nodes(submission)
+        nodes = submission.online_nodes()
         if len(nodes - exclude) >= NUM_NODES and not nodes & exclude:
             return nodes
         time.sleep(1.0)
     raise TimeoutError(f"{NUM_NODES} SuperNodes not online after {timeout} s:\n{cluster.logs()}")
-
-
-def submit_app(
-    submission: Submission, app_dir: Path, run_config: dict[str, Any], label: str, done_file: Path
-) -> int:
-    """``flwr run APP_DIR`` with ``run_config`` (as ``Submission.run`` does for fedbandit's app);
-    waits until the run finished and raises with the end of its log when it failed."""
-    from fedbandit.flower.deployment import CONNECTION
-
-    env = submission.environment()
-    config_file = Path(env["FLWR_HOME"]) / f"run-config-{label}.toml"
-    config_file.write_text(tomli_w.dumps(run_config))
-    reply = json.loads(
-        _flwr(
-            env,
-            "run",
-            str(app_dir),
-            CONNECTION,
-            "--run-config",
-            str(config_file),
-            "--format",
-            "json",
-        )
-    )
-    if not reply.get("success", False) or "run-id" not in reply:
-        raise RuntimeError(f"the SuperLink refused the {label} run: {reply}")
-    run_id = int(reply["run-id"])
-    deadline = time.monotonic() + RUN_TIMEOUT
-    try:
-        while True:
-            next_check = time.monotonic() + 5.0
-            while time.monotonic() < next_check and not done_file.is_file():
-                time.sleep(0.1)
-            status = submission.status(env, run_id)
-            if status.startswith("finished"):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"run {run_id} ({label}) not finished after {RUN_TIMEOUT} s")
-    except BaseException:
-        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-            _flwr(env, "stop", str(run_id), CONNECTION, timeout=60)
-        raise
-    if status != "finished:completed":
-        raise RuntimeError(
-            f"run {run_id} ({label}) ended {status!r}:\n{submission.log_tail(env, run_id)}"
-        )
-    return run_id
 
 
 def experiment_args(num_clients: int, horizon: int) -> list[str]:
@@ -549,7 +479,7 @@ def measure_echo(
 
     sizes = payload_sizes(fedpe["_comm"], NUM_NODES)
     out = root / "echo" / "timings.json"
-    submit_app(submission, ECHO_APP_DIR, echo_run_config(sizes, out), "echo", out)
+    submission.run(echo_run_config(sizes, out), "echo", done_file=out, app_dir=ECHO_APP_DIR)
     echo = json.loads(out.read_text())["rounds"]
     if len(echo) != len(sizes):
         raise RuntimeError(f"echo ran {len(echo)} rounds of {len(sizes)}")
@@ -579,7 +509,7 @@ def measure_memory(
     cluster: Cluster, submission: Submission, sizes: Sizes, root: Path, old_nodes: list[str]
 ) -> dict[str, Any]:
     """Step 3: restart the nodes with M / 4 clients each; a run while their RSS is sampled."""
-    before = online_nodes(submission)
+    before = submission.online_nodes()
     cluster.stop(old_nodes)
     names = cluster.start_nodes(sizes.memory_clients, "memory")
     wait_for_nodes(cluster, submission, exclude=before)
@@ -626,7 +556,9 @@ def measure_in_memory(
 
     cluster.stop(list(cluster.alive))
     cluster.start_superlink("superlink-in-memory", in_memory=True)
-    submission = Submission(cluster.superlink, submission_dir, insecure=True)
+    submission = Submission(
+        cluster.superlink, submission_dir, insecure=True, run_timeout=RUN_TIMEOUT
+    )
     cluster.start_nodes(sizes.clients, "in-memory")
     wait_for_nodes(cluster, submission, exclude=set())
     run = measure_fedpe(cluster, sizes, root, tag="in-memory")
@@ -674,7 +606,9 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
         try:
             started = time.perf_counter()
             cluster.start_superlink()
-            submission = Submission(cluster.superlink, root / "flwr-cli", insecure=True)
+            submission = Submission(
+                cluster.superlink, root / "flwr-cli", insecure=True, run_timeout=RUN_TIMEOUT
+            )
             nodes = cluster.start_nodes(sizes.clients, "latency")
             wait_for_nodes(cluster, submission, exclude=set())
             startup = time.perf_counter() - started

@@ -252,7 +252,8 @@ class Submission:
         )
         return env
 
-    def _flwr(self, env: dict[str, str], *args: str, timeout: float = 120.0) -> str:
+    def flwr(self, env: dict[str, str], *args: str, timeout: float = 120.0) -> str:
+        """``flwr ARGS`` in ``env``; its standard output, or ``RuntimeError`` with its output."""
         done = subprocess.run(
             ["flwr", *args], env=env, capture_output=True, text=True, timeout=timeout
         )
@@ -269,13 +270,20 @@ class Submission:
         args = ["supernode", "register", str(public_key), CONNECTION, "--format", "json"]
         if name:
             args += ["--name", name]
-        reply = json.loads(self._flwr(env, *args))
+        reply = json.loads(self.flwr(env, *args))
         if not reply.get("success", False):
             raise RuntimeError(f"registering {public_key} failed: {reply}")
         return int(reply["node-id"])
 
-    def run(self, run_config: dict[str, object], label: str, done_file: Path | None = None) -> int:
-        """Submit the Flower App with ``run_config``, wait for the run to finish; its run id.
+    def run(
+        self,
+        run_config: dict[str, object],
+        label: str,
+        done_file: Path | None = None,
+        app_dir: Path = APP_DIR,
+    ) -> int:
+        """Submit the Flower App in ``app_dir`` (fedbandit's by default) with ``run_config``, wait
+        for the run to finish; its run id.
 
         Raises ``RuntimeError`` with the end of the ServerApp's log when the run fails, and stops
         the run (``flwr stop``) when interrupted or past ``run_timeout``. ``done_file``, a file
@@ -284,10 +292,10 @@ class Submission:
         config_file = Path(env["FLWR_HOME"]) / f"run-config-{label}.toml"
         config_file.write_text(tomli_w.dumps(run_config))
         reply = json.loads(
-            self._flwr(
+            self.flwr(
                 env,
                 "run",
-                str(APP_DIR),
+                str(app_dir),
                 CONNECTION,
                 "--run-config",
                 str(config_file),
@@ -324,9 +332,16 @@ class Submission:
             )
         return run_id
 
+    def online_nodes(self) -> set[str]:
+        """Ids of the SuperNodes the SuperLink lists as online (``flwr supernode ls``)."""
+        reply = json.loads(
+            self.flwr(self.environment(), "supernode", "ls", CONNECTION, "--format", "json")
+        )
+        return {str(n["node-id"]) for n in reply.get("nodes", []) if n.get("status") == "online"}
+
     def status(self, env: dict[str, str], run_id: int) -> str:
         reply = json.loads(
-            self._flwr(env, "ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
+            self.flwr(env, "ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
         )
         runs = reply.get("runs", [])
         if not runs:
@@ -335,14 +350,14 @@ class Submission:
 
     def log_tail(self, env: dict[str, str], run_id: int, lines: int = 40) -> str:
         try:
-            text = self._flwr(env, "log", str(run_id), CONNECTION, "--show", timeout=60)
+            text = self.flwr(env, "log", str(run_id), CONNECTION, "--show", timeout=60)
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             return f"(log unavailable: {err})"
         return "\n".join(text.splitlines()[-lines:])
 
     def _stop(self, env: dict[str, str], run_id: int) -> None:
         try:
-            self._flwr(env, "stop", str(run_id), CONNECTION, timeout=60)
+            self.flwr(env, "stop", str(run_id), CONNECTION, timeout=60)
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             print(f"fedbandit: could not stop run {run_id}: {err}", file=sys.stderr)
 
