@@ -104,3 +104,13 @@ def test_cli_refuses_unsafe_or_incomplete_deployment_options(tmp_path, capsys):
                  "--out", str(tmp_path / "o")])  # fmt: skip
     assert code == 2
     assert "--root-certificates" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "database"), [([], "superlink.db"), (["--in-memory"], ":flwr-in-memory:")]
+)
+def test_cli_superlink_database_follows_in_memory(flags, database, tmp_path, capsys):
+    argv = ["superlink", "--insecure", "--state-dir", str(tmp_path), "--print-command", *flags]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed[printed.index("--database") + 1].endswith(database)
