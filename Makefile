@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The example plugin: installed into the venv by `make test` and tested there, as a user would.
+PLUGIN := examples/fedbandit-example-plugin
+PLUGIN_STAMP := $(VENV)/.plugin-stamp
 NAME ?= fedpe_synthetic
 ARGS ?=
 # A user-supplied data file or folder for experiments that need one, e.g.
@@ -33,14 +36,18 @@ experiment: $(STAMP)
 list: $(STAMP)
 	$(BIN)/fedbandit list
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+$(PLUGIN_STAMP): $(STAMP) $(PLUGIN)/pyproject.toml
+	$(BIN)/python -m pip install --quiet --no-deps -e $(PLUGIN)
+	touch $(PLUGIN_STAMP)
 
-test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+test: $(PLUGIN_STAMP)
+	$(BIN)/python -m pytest -q tests $(PLUGIN)/tests
 
-test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -m 'slow or not slow'
+test-slow: $(PLUGIN_STAMP)
+	$(BIN)/python -m pytest -q -m slow tests $(PLUGIN)/tests
+
+test-all: $(PLUGIN_STAMP)
+	$(BIN)/python -m pytest -q -m 'slow or not slow' tests $(PLUGIN)/tests
 
 BENCH_STAMP := $(VENV)/.bench-extra-stamp
 
@@ -52,8 +59,9 @@ bench: $(BENCH_STAMP)
 	$(BIN)/fedbandit bench all
 
 lint: $(STAMP)
-	$(BIN)/ruff check fedbandit tests
-	$(BIN)/ruff format --check fedbandit tests
+	$(BIN)/ruff check fedbandit tests $(PLUGIN)
+	$(BIN)/ruff format --check fedbandit tests $(PLUGIN)
+	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(PLUGIN)/src/*.egg-info

@@ -1,3 +1,136 @@
-"""fedbandit: simulate and run federated linear bandits (Fed-PE, LinUCB-d and their baselines)."""
+"""fedbandit: simulate and run federated linear bandits (Fed-PE, LinUCB-d and their baselines).
+
+The public API is what this module exports (``__all__``); everything else may change. Names are
+loaded on first use, so ``import fedbandit`` stays cheap for Flower's worker processes.
+
+Running experiments::
+
+    import fedbandit
+    results = fedbandit.run("fedpe_tiny", seeds=3)        # a name, a TOML path or a config
+    results.plot_regret()
+
+Extending it (see docs/plugins.md): an ``AlgorithmSpec`` of a ``ServerLogic`` and a
+``ClientLogic`` exchanging ``Message``s, or an ``InstanceKindSpec`` building an ``Instance``,
+registered through the entry-point groups ``fedbandit.algorithms`` and ``fedbandit.instances``.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    # running and reading experiments
+    "run": "fedbandit.api",
+    "load_results": "fedbandit.api",
+    "simulate": "fedbandit.api",
+    "Results": "fedbandit.api",
+    "SeedResult": "fedbandit.simulation",
+    "ExperimentConfig": "fedbandit.config",
+    "load_experiment": "fedbandit.config",
+    "RunSpec": "fedbandit.runspec",
+    "RuntimeOptions": "fedbandit.runspec",
+    # what is registered
+    "get_algorithm": "fedbandit.api",
+    "get_instance_kind": "fedbandit.api",
+    "list_algorithms": "fedbandit.api",
+    "list_instance_kinds": "fedbandit.api",
+    "build_instance": "fedbandit.instances",
+    # extending: algorithms
+    "AlgorithmSpec": "fedbandit.algorithms.base",
+    "Hyperparameters": "fedbandit.algorithms.base",
+    "ProblemSpec": "fedbandit.algorithms.base",
+    "NoCommunicationServer": "fedbandit.algorithms.base",
+    "ServerLogic": "fedbandit.federation.protocol",
+    "ClientLogic": "fedbandit.federation.protocol",
+    "Message": "fedbandit.federation.messages",
+    # extending: instances
+    "InstanceKindSpec": "fedbandit.registry",
+    "Instance": "fedbandit.instances",
+    "LinearBanditInstance": "fedbandit.instances",
+    "GroupEnvironment": "fedbandit.environment",
+    "BanditEnvironment": "fedbandit.environment",
+    # errors
+    "FedbanditError": "fedbandit.errors",
+    "ConfigError": "fedbandit.errors",
+    "DataError": "fedbandit.errors",
+    "DeploymentError": "fedbandit.errors",
+}
+
+__all__ = [
+    "AlgorithmSpec",
+    "BanditEnvironment",
+    "ClientLogic",
+    "ConfigError",
+    "DataError",
+    "DeploymentError",
+    "ExperimentConfig",
+    "FedbanditError",
+    "GroupEnvironment",
+    "Hyperparameters",
+    "Instance",
+    "InstanceKindSpec",
+    "LinearBanditInstance",
+    "Message",
+    "NoCommunicationServer",
+    "ProblemSpec",
+    "Results",
+    "RunSpec",
+    "RuntimeOptions",
+    "SeedResult",
+    "ServerLogic",
+    "__version__",
+    "build_instance",
+    "get_algorithm",
+    "get_instance_kind",
+    "list_algorithms",
+    "list_instance_kinds",
+    "load_experiment",
+    "load_results",
+    "run",
+    "simulate",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedbandit' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:
+    from fedbandit.algorithms.base import (
+        AlgorithmSpec,
+        Hyperparameters,
+        NoCommunicationServer,
+        ProblemSpec,
+    )
+    from fedbandit.api import (
+        Results,
+        get_algorithm,
+        get_instance_kind,
+        list_algorithms,
+        list_instance_kinds,
+        load_results,
+        run,
+        simulate,
+    )
+    from fedbandit.config import ExperimentConfig, load_experiment
+    from fedbandit.environment import BanditEnvironment, GroupEnvironment
+    from fedbandit.errors import ConfigError, DataError, DeploymentError, FedbanditError
+    from fedbandit.federation.messages import Message
+    from fedbandit.federation.protocol import ClientLogic, ServerLogic
+    from fedbandit.instances import Instance, LinearBanditInstance, build_instance
+    from fedbandit.registry import InstanceKindSpec
+    from fedbandit.runspec import RunSpec, RuntimeOptions
+    from fedbandit.simulation import SeedResult

@@ -1,4 +1,10 @@
-"""Command line: ``fedbandit list | run | plot | bench``."""
+"""Command line of fedbandit.
+
+Commands: ``list`` (experiments; ``--algorithms``, ``--instances``: what is registered, plugins
+included), ``run`` (an experiment on a runtime), ``plot`` (rebuild a results folder's plots),
+``bench`` (benchmarks), and for Flower deployments ``superlink``, ``supernode``, ``keys`` and
+``register-node``. Every foreseeable error is one line on standard error with exit status 2.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,14 @@ import json
 import sys
 from pathlib import Path
 
-from fedbandit.config import ConfigError, available_experiments, load_experiment
+from fedbandit.config import available_experiments, load_experiment
+from fedbandit.errors import FedbanditError
 from fedbandit.threads import single_threaded_blas
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    if args.algorithms or args.instances:
+        return _list_registered(args.algorithms, args.instances)
     import tomllib
 
     experiments = available_experiments()
@@ -25,52 +34,67 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
+    """Registered algorithms and instance kinds (built in and plugins), with hyperparameters."""
+    from fedbandit.registry import algorithms, instance_kinds
+
+    for show, registry, what in (
+        (show_algorithms, algorithms(), "algorithms"),
+        (show_instances, instance_kinds(), "instance kinds"),
+    ):
+        if not show:
+            continue
+        print(f"{what}:")
+        for name in registry:
+            entry = registry.entries[name]
+            origin = registry.origins[name]
+            where = "" if origin == "fedbandit" else f"  [plugin: {origin}]"
+            print(f"  {name}  {entry.description}{where}")
+            for key, field in entry.params.model_fields.items():
+                if key == "kind":
+                    continue
+                default = "required" if field.is_required() else f"default {field.default!r}"
+                about = f": {field.description}" if field.description else ""
+                print(f"      {key} ({_type_name(field.annotation)}, {default}){about}")
+        for name, error in sorted(registry.broken.items()):
+            print(f"  {name}  [plugin failed to load: {error}]")
+    return 0
+
+
+def _type_name(annotation: object) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedbandit.results import read_json
     from fedbandit.runner import default_out_dir, run_experiment, summary_table
+    from fedbandit.runspec import RuntimeOptions
 
     overrides = list(args.set or [])
     if args.seeds is not None:
         overrides.append(f"seeds={args.seeds}")
     config = load_experiment(args.experiment, overrides)
+    options = RuntimeOptions.of(
+        runtime=args.runtime,
+        nodes=args.nodes,
+        on_client_failure=args.on_client_failure,
+        round_timeout=args.round_timeout,
+        start_deadline=args.start_deadline,
+        reconnect_timeout=args.reconnect_timeout,
+        run_timeout=args.run_timeout,
+        superlink=args.superlink,
+        insecure=args.insecure,
+        root_certificates=args.root_certificates,
+    )
     args.out = args.out or default_out_dir(config)
     print(f"results folder: {args.out}", flush=True)
-    deployment, job_options = (
-        None,
-        {
-            "round_timeout": args.round_timeout,
-            "start_deadline": args.start_deadline,
-            "on_client_failure": args.on_client_failure,
-            "reconnect_seconds": args.reconnect_timeout,
-        },
-    )
-    if args.runtime == "flower":
-        from fedbandit.flower.deployment import Submission
-
-        if not args.superlink:
-            raise ConfigError("--runtime flower needs --superlink HOST:PORT")
-        if args.insecure == (args.root_certificates is not None):
-            raise ConfigError(
-                "--runtime flower: give --root-certificates CA.crt (TLS) or --insecure (loopback)"
-            )
-        deployment = Submission(
-            superlink=args.superlink,
-            state_dir=Path(args.out).resolve() / "flower",
-            insecure=args.insecure,
-            root_certificates=args.root_certificates,
-            run_timeout=args.run_timeout,
-        )
-    elif args.superlink:
-        raise ConfigError("--superlink needs --runtime flower")
     run_dir = run_experiment(
         config,
         out_dir=args.out,
         workers=args.workers,
         progress=not args.quiet,
-        runtime=args.runtime,
-        nodes=args.nodes,
-        deployment=deployment,
-        job_options=job_options,
+        options=options,
+        algorithms=args.algorithms.split(",") if args.algorithms else None,
     )
     print(summary_table(read_json(run_dir / "summary.json")))
     print(f"results: {run_dir}")
@@ -228,8 +252,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from fedbandit.plotting import plot_run
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "manifest.json").is_file():
-        raise ConfigError(f"{run_dir} is not a results folder (no manifest.json)")
     for path in plot_run(run_dir, log_x=True if args.log_x else None):
         print(path)
     return 0
@@ -250,10 +272,21 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedbandit.runner import RUNTIMES
+
     parser = argparse.ArgumentParser(prog="fedbandit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("list", help="list the named experiments").set_defaults(func=_cmd_list)
+    listing = sub.add_parser(
+        "list", help="list the named experiments (or the registered algorithms/instance kinds)"
+    )
+    listing.add_argument(
+        "--algorithms", action="store_true", help="registered algorithms and hyperparameters"
+    )
+    listing.add_argument(
+        "--instances", action="store_true", help="registered instance kinds and parameters"
+    )
+    listing.set_defaults(func=_cmd_list)
 
     run = sub.add_parser("run", help="run a named experiment or a TOML file")
     run.add_argument("experiment", help="experiment name (see `fedbandit list`) or path")
@@ -266,12 +299,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set instance.num_clients=50",
     )
+    run.add_argument(
+        "--algorithms", metavar="A,B", help="run only these of the experiment's algorithms"
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument(
         "--runtime",
-        choices=["local", "flower-sim", "flower"],
+        choices=list(RUNTIMES),
         default="local",
-        help="in-process (default), Flower's simulation runtime (Ray), or a Flower deployment",
+        help="; ".join(f"{name}: {entry.description}" for name, entry in RUNTIMES.items()),
     )
     run.add_argument("--nodes", type=int, help="virtual SuperNodes for flower-sim (default 4)")
     run.add_argument("--superlink", help="HOST:PORT of the deployment's SuperLink (flower)")
@@ -322,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     single_threaded_blas()
     try:
         return args.func(args)
-    except ConfigError as err:
+    except FedbanditError as err:
         print(f"fedbandit: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

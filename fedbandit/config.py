@@ -9,27 +9,27 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from fedbandit.algorithms import get_algorithm
-from fedbandit.instances import INSTANCE_KINDS
+from fedbandit.errors import ConfigError
+from fedbandit.registry import algorithms, instance_kinds
 
 EXPERIMENTS_DIR = Path(
     os.environ.get("FEDBANDIT_EXPERIMENTS", Path(__file__).resolve().parents[1] / "experiments")
 )
 
 
-class ConfigError(ValueError):
-    """A configuration problem, with a message meant for the user."""
-
-
-#: Every registered instance kind, discriminated by its ``kind`` key.
-InstanceConfig = Annotated[
-    Union[tuple(model for model, _ in INSTANCE_KINDS.values())],  # noqa: UP007
-    Field(discriminator="kind"),
-]
+__all__ = ["ConfigError", "ExperimentConfig", "PlotConfig", "load_experiment"]
 
 
 class PlotConfig(BaseModel):
@@ -52,34 +52,64 @@ class ExperimentConfig(BaseModel):
     algorithms: list[str] = Field(min_length=1)
     params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     group_size: int | None = Field(None, ge=1, description="clients per client group")
-    instance: InstanceConfig
+    #: The parameter model of a registered instance kind (built in or a plugin's), chosen by
+    #: the table's ``kind`` key.
+    instance: SerializeAsAny[BaseModel]
     plot: PlotConfig = Field(default_factory=PlotConfig)
+
+    @field_validator("instance", mode="before")
+    @classmethod
+    def _instance_kind(cls, value: Any) -> BaseModel:
+        if isinstance(value, BaseModel):
+            value = value.model_dump()
+        if not isinstance(value, dict):
+            raise ValueError(f"instance must be a table with a 'kind' key, got {value!r}")
+        kind = value.get("kind")
+        if kind is None:
+            known = ", ".join(instance_kinds())
+            raise ValueError(f"instance needs a 'kind' key; known kinds: {known}")
+        try:
+            spec = instance_kinds().get(str(kind))
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        try:
+            return spec.params.model_validate(value)
+        except ValidationError as err:
+            raise ValueError(describe_validation(err, prefix=f"instance.{kind}.")) from None
 
     @model_validator(mode="after")
     def _check_algorithms(self) -> ExperimentConfig:
         if len(set(self.algorithms)) != len(self.algorithms):
             raise ValueError(f"algorithms are listed twice: {self.algorithms}")
+        registry = algorithms()
         for name in self.algorithms:
-            get_algorithm(name)
+            try:
+                registry.get(name)
+            except ConfigError as err:
+                raise ValueError(str(err)) from None
         for name, values in self.params.items():
             if name not in self.algorithms:
                 raise ValueError(f"params given for {name!r}, which is not in algorithms")
             try:
-                get_algorithm(name).params(**values)
+                registry.get(name).params(**values)
             except ValidationError as err:
-                raise ValueError(f"params.{name}: {_describe(err)}") from None
+                raise ValueError(f"params.{name}: {describe_validation(err)}") from None
         return self
 
     def hyperparameters(self, algorithm: str) -> dict[str, Any]:
         return dict(self.params.get(algorithm, {}))
 
 
-def _describe(err: ValidationError) -> str:
+def describe_validation(err: ValidationError, prefix: str = "") -> str:
+    """One line naming every problem: the key (with ``prefix``), the value, what was expected."""
     parts = []
     for item in err.errors():
-        key = ".".join(str(p) for p in item["loc"])
+        key = prefix + ".".join(str(p) for p in item["loc"])
+        message = str(item["msg"]).removeprefix("Value error, ")
         if not item["loc"]:
-            parts.append(str(item["msg"]).removeprefix("Value error, "))
+            parts.append(message)
+        elif item["type"] == "value_error":
+            parts.append(f"{key}: {message}")
         elif item["type"] == "extra_forbidden":
             parts.append(f"unknown key {key!r}")
         else:
@@ -121,13 +151,18 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    for text in overrides:
-        keys, value = parse_override(text)
+    """Apply ``--set`` style ``key=value`` strings to ``data`` in place."""
+    return set_values(data, [parse_override(text) for text in overrides])
+
+
+def set_values(data: dict[str, Any], pairs: list[tuple[list[str], Any]]) -> dict[str, Any]:
+    """Set each dotted key path of ``pairs`` in ``data`` (creating tables), in place."""
+    for keys, value in pairs:
         node = data
         for key in keys[:-1]:
             child = node.setdefault(key, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"--set {text!r}: {key!r} is not a table")
+                raise ConfigError(f"override {'.'.join(keys)}: {key!r} is not a table")
             node = child
         node[keys[-1]] = value
     return data
@@ -149,4 +184,4 @@ def validate_experiment(data: dict[str, Any], source: str = "<config>") -> Exper
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"{source}: {_describe(err)}") from None
+        raise ConfigError(f"{source}: {describe_validation(err)}") from None

@@ -8,9 +8,9 @@ for every arm. The instance holds the truth; learners only ever see their own fe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -26,7 +26,44 @@ from fedbandit.datasets import (
     sklearn_instance,
     table_instance,
 )
+from fedbandit.errors import ConfigError
+from fedbandit.registry import InstanceKindSpec
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
+
+if TYPE_CHECKING:
+    from fedbandit.environment import GroupEnvironment
+
+
+@runtime_checkable
+class Instance(Protocol):
+    """What every instance kind builds: the truth behind rewards and regret for M clients.
+
+    ``contextual`` says which algorithms apply (fresh contexts each round, or fixed features per
+    client and arm); ``make_environment`` gives the environment that plays a group of clients, so
+    the harness never chooses one by type. ``summary`` goes into ``manifest.json``.
+    """
+
+    @property
+    def num_clients(self) -> int: ...
+    @property
+    def num_arms(self) -> int: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def noise_sigma(self) -> float: ...
+    @property
+    def shared_parameter(self) -> bool: ...
+    @property
+    def contextual(self) -> bool: ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+    def make_environment(
+        self, client_ids: np.ndarray | Sequence[int], horizon: int, entropy: int | Sequence[int]
+    ) -> GroupEnvironment:
+        """The environment of the clients ``client_ids`` over ``horizon`` steps, rewards seeded
+        by ``entropy`` (one stream per client, see ``fedbandit.rng``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -84,6 +121,13 @@ class LinearBanditInstance:
     @property
     def contextual(self) -> bool:
         return False
+
+    def make_environment(
+        self, client_ids: np.ndarray | Sequence[int], horizon: int, entropy: int | Sequence[int]
+    ) -> GroupEnvironment:
+        from fedbandit.environment import BanditEnvironment
+
+        return BanditEnvironment(self, client_ids, horizon, entropy)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -178,24 +222,64 @@ def synthetic(params: SyntheticParams) -> LinearBanditInstance:
     )
 
 
-#: Registry of instance kinds: kind -> (parameter model, builder). The experiment config accepts
-#: every kind listed here (its parameter model must declare ``kind: Literal["..."]``).
-INSTANCE_KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
-    "paper_synthetic": (PaperSyntheticParams, paper_synthetic),
-    "synthetic": (SyntheticParams, synthetic),
-    "contextual": (ContextualParams, contextual_instance),
-    "movielens100k": (MovieLensParams, movielens_instance),
-    "sklearn": (SklearnParams, sklearn_instance),
-    "table": (TableParams, table_instance),
-    "classification_contextual": (
-        ClassificationContextualParams,
-        classification_contextual_instance,
-    ),
+#: fedbandit's own instance kinds; ``fedbandit.registry.instance_kinds()`` adds the plugins'.
+BUILTIN_INSTANCE_KINDS: dict[str, InstanceKindSpec] = {
+    spec.kind: spec
+    for spec in (
+        InstanceKindSpec(
+            "paper_synthetic",
+            PaperSyntheticParams,
+            paper_synthetic,
+            "The synthetic instance of the Fed-PE paper (shared theta = e_1, one good arm)",
+        ),
+        InstanceKindSpec(
+            "synthetic",
+            SyntheticParams,
+            synthetic,
+            "Random features and parameters with a guaranteed minimum gap",
+        ),
+        InstanceKindSpec(
+            "contextual",
+            ContextualParams,
+            contextual_instance,
+            "Fresh contexts every round (LinUCB-d's diverse and non-diverse settings)",
+        ),
+        InstanceKindSpec(
+            "movielens100k",
+            MovieLensParams,
+            movielens_instance,
+            "MovieLens-100K as in the Fed-PE paper (the user supplies the file)",
+        ),
+        InstanceKindSpec(
+            "sklearn",
+            SklearnParams,
+            sklearn_instance,
+            "A scikit-learn bundled classification set as fixed features per client",
+        ),
+        InstanceKindSpec(
+            "table",
+            TableParams,
+            table_instance,
+            "A user CSV/npy/npz table as fixed features per client",
+        ),
+        InstanceKindSpec(
+            "classification_contextual",
+            ClassificationContextualParams,
+            classification_contextual_instance,
+            "A classification set as a contextual bandit with non-IID client partitions",
+        ),
+    )
 }
 
 
-def build_instance(params: BaseModel) -> Any:
-    """Build the instance a validated parameter model describes."""
-    kind = params.kind  # type: ignore[attr-defined]
-    _, builder = INSTANCE_KINDS[kind]
-    return builder(params)
+def build_instance(params: BaseModel) -> Instance:
+    """Build the instance a validated parameter model (with its ``kind``) describes."""
+    from fedbandit.registry import instance_kinds
+
+    kind = getattr(params, "kind", None)
+    if not isinstance(kind, str):
+        raise ConfigError(f"{type(params).__name__} has no 'kind': not an instance description")
+    spec = instance_kinds().get(kind)
+    if not isinstance(params, spec.params):
+        params = spec.params.model_validate(params.model_dump())
+    return spec.build(params)

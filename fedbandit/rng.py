@@ -1,9 +1,12 @@
 """Seeded random streams.
 
-Every logical client owns an independent stream, derived from the run seed and the client id alone
-(``SeedSequence(entropy, spawn_key=(client_id,))`` is exactly the ``client_id``-th child of
-``SeedSequence(entropy).spawn(...)``). Results therefore do not depend on how clients are grouped
-into processes, on the number of workers, or on the runtime.
+Seed index k of an experiment whose base seed is b has entropy ``[b, k]`` (``run_entropy``); the
+Python API's ``fedbandit.simulate(..., seed=k, base_seed=b)`` uses the same mapping. Within a run,
+each logical client owns an independent stream per domain, derived from the entropy, the domain
+and the client id alone: ``SeedSequence(entropy, spawn_key=(domain, client_id))``. Results
+therefore do not depend on how clients are grouped into processes, on the number of workers, or on
+the runtime. The instance is drawn from its own domain (``INSTANCE_DOMAIN``) with the instance's
+``seed``, so the rewards' seeds never change the instance.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run a named experiment: every (algorithm, seed) pair, in parallel processes, resumable.
+"""Run a named experiment: every (algorithm, seed) pair on a registered runtime, resumable.
 
 Seeds are independent tasks whose randomness depends only on (base_seed, seed index, client id),
 so the results are identical whatever the number of workers. A finished task's files are written
@@ -11,9 +11,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,7 +24,8 @@ import tomli_w
 from tqdm import tqdm
 
 from fedbandit.analysis import curve_grid
-from fedbandit.config import ConfigError, ExperimentConfig, validate_experiment
+from fedbandit.config import ExperimentConfig, validate_experiment
+from fedbandit.errors import ConfigError
 from fedbandit.instances import build_instance
 from fedbandit.results import (
     atomic_write_csv,
@@ -35,15 +39,95 @@ from fedbandit.results import (
     seed_stem,
     summarize,
 )
-from fedbandit.rng import run_entropy
+from fedbandit.runspec import RunSpec, RuntimeOptions
 from fedbandit.simulation import SeedResult, simulate
 from fedbandit.threads import single_threaded_blas
 
-if TYPE_CHECKING:
-    from fedbandit.flower.deployment import Submission
-
 RESULTS_ROOT = Path("results")
-RUNTIMES = ("local", "flower-sim", "flower")
+
+
+@dataclass(frozen=True)
+class RuntimeEntry:
+    """A registered runtime: how one seed of a ``RunSpec`` runs and leaves its files in the run
+    folder. ``parallel`` runtimes may run seeds in worker processes; the others (Flower's) do
+    their parallel work on nodes and run seeds one after another."""
+
+    name: str
+    description: str
+    run_seed: Callable[[RunSpec, Path], float]
+    parallel: bool
+
+
+def _run_local(spec: RunSpec, run_dir: Path) -> float:
+    config = spec.experiment
+    result = simulate(
+        build_instance(config.instance),
+        spec.algorithm,
+        config.horizon,
+        spec.entropy,
+        config.hyperparameters(spec.algorithm),
+        config.group_size,
+    )
+    write_seed_result(config, run_dir, spec.seed, result)
+    return result.seconds
+
+
+def _run_flower_sim(spec: RunSpec, run_dir: Path) -> float:
+    from fedbandit.flower.simulation import simulate_flower
+
+    result = simulate_flower(
+        config_dict(spec.experiment),
+        spec.algorithm,
+        spec.entropy,
+        spec.options.nodes,
+        job_options=spec.options.job_options(),
+    )
+    write_seed_result(spec.experiment, run_dir, spec.seed, result)
+    return result.seconds
+
+
+def _run_flower(spec: RunSpec, run_dir: Path) -> float:
+    """One Flower run on the deployment's SuperLink; its ServerApp writes the seed's files."""
+    from fedbandit.flower.deployment import Submission, run_seed
+
+    options = spec.options
+    assert options.superlink is not None  # RuntimeOptions checks it
+    submission = Submission(
+        superlink=options.superlink,
+        state_dir=Path(run_dir).resolve() / "flower",
+        insecure=options.insecure,
+        root_certificates=options.root_certificates,
+        run_timeout=options.run_timeout,
+    )
+    started = time.perf_counter()
+    run_seed(
+        submission,
+        config_dict(spec.experiment),
+        spec.algorithm,
+        spec.seed,
+        spec.entropy,
+        Path(run_dir),
+        options.job_options(),
+    )
+    return time.perf_counter() - started
+
+
+#: Every runtime by name; the command line's ``--runtime`` choices come from here.
+RUNTIMES: dict[str, RuntimeEntry] = {
+    entry.name: entry
+    for entry in (
+        RuntimeEntry("local", "in-process, seeds in parallel worker processes", _run_local, True),
+        RuntimeEntry(
+            "flower-sim",
+            "Flower's simulation runtime (Ray), virtual SuperNodes",
+            _run_flower_sim,
+            False,
+        ),
+        RuntimeEntry(
+            "flower", "a Flower deployment: SuperLink and SuperNodes on hosts", _run_flower, False
+        ),
+    )
+}
 
 
 def default_out_dir(config: ExperimentConfig) -> Path:
@@ -55,52 +139,21 @@ def config_dict(config: ExperimentConfig) -> dict[str, Any]:
     return config.model_dump(mode="json", exclude_none=True)
 
 
-def run_task(
-    config_data: dict[str, Any],
-    algorithm: str,
-    seed: int,
-    run_dir: str,
-    runtime: str = "local",
-    nodes: int | None = None,
-    deployment: Submission | None = None,
-    job_options: dict[str, Any] | None = None,
-) -> float:
-    """Run one (algorithm, seed) on ``runtime`` and write its files; returns its seconds.
-
-    On ``flower`` the ServerApp of a deployment (``deployment``) writes the files."""
+def run_task(spec: RunSpec, run_dir: str) -> float:
+    """Run one (algorithm, seed) on its runtime and write its files; returns its seconds."""
     single_threaded_blas()
-    config = validate_experiment(config_data)
-    entropy = run_entropy(config.base_seed, seed)
-    if runtime == "flower":
-        from fedbandit.flower.deployment import run_seed
-
-        if deployment is None:
-            raise ConfigError("--runtime flower needs --superlink HOST:PORT")
-        started = time.perf_counter()
-        run_seed(deployment, config_data, algorithm, seed, entropy, Path(run_dir), job_options)
-        return time.perf_counter() - started
-    if runtime == "flower-sim":
-        from fedbandit.flower.simulation import simulate_flower
-
-        result = simulate_flower(config_data, algorithm, entropy, nodes, job_options=job_options)
-    else:
-        result = simulate(
-            build_instance(config.instance),
-            algorithm,
-            config.horizon,
-            entropy,
-            config.hyperparameters(algorithm),
-            config.group_size,
-        )
-    write_seed_result(config_data, Path(run_dir), seed, result)
-    return result.seconds
+    return RUNTIMES[spec.options.runtime].run_seed(spec, Path(run_dir))
 
 
 def write_seed_result(
-    config_data: dict[str, Any], run_dir: Path, seed: int, result: SeedResult
+    config: ExperimentConfig | dict[str, Any], run_dir: Path, seed: int, result: SeedResult
 ) -> None:
-    """The files of one finished (algorithm, seed), the ``.json`` last (it marks the seed done)."""
-    config = validate_experiment(config_data)
+    """The files of one finished (algorithm, seed), the ``.json`` last (it marks the seed done).
+
+    The regret curve is stored at the steps of ``analysis.curve_grid(T)`` (every 2^k, T/2, T and
+    about 1,500 points spaced evenly on a log and on a linear scale), not at every step."""
+    if not isinstance(config, ExperimentConfig):
+        config = validate_experiment(config)
     algorithm = result.algorithm
     stem = seed_stem(run_dir, algorithm, seed)
     grid = curve_grid(config.horizon)
@@ -145,9 +198,10 @@ def remove_stale_temporaries(run_dir: Path) -> None:
 
 
 def _prepare(
-    config: ExperimentConfig, run_dir: Path, workers: int, runtime: str, nodes: int | None
+    config: ExperimentConfig, run_dir: Path, workers: int, options: RuntimeOptions
 ) -> dict[str, Any]:
-    """Create or reopen the run folder; refuses to mix two different experiments in one folder."""
+    """Create or reopen the run folder; refuses to mix two different experiments, or runtime
+    options that change results, in one folder (the differing keys are named)."""
     config_path = run_dir / "config.toml"
     manifest_path = run_dir / "manifest.json"
     current = config_dict(config)
@@ -164,6 +218,20 @@ def _prepare(
                 f"{run_dir} holds a run of a different configuration (keys differing: "
                 f"{', '.join(sorted(differs))}); choose another --out"
             )
+        stored_options = manifest.get("runtime_options", {})
+        changed = {
+            key: (stored_options[key], value)
+            for key, value in options.identity().items()
+            if key in stored_options and stored_options[key] != value
+        }
+        if changed:
+            described = ", ".join(
+                f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items()
+            )
+            raise ConfigError(
+                f"{run_dir} was run with other runtime options ({described}); resume it with "
+                "the same options or choose another --out"
+            )
         remove_stale_temporaries(run_dir)
     else:
         manifest = {"created": dt.datetime.now().isoformat(timespec="seconds")}
@@ -178,12 +246,14 @@ def _prepare(
             "seeds": list(range(config.seeds)),
             "base_seed": config.base_seed,
             "workers": workers,
-            "runtime": runtime,
-            "nodes": nodes,
+            "runtime": options.runtime,
+            "nodes": options.nodes,
+            "runtime_options": options.model_dump(mode="json"),
             "group_size": config.group_size,
             "instance": instance.summary(),
             "git_commit": git_commit(),
             "packages": package_versions(),
+            "plugins": plugin_versions(config.algorithms, config.instance),
             "machine": machine_facts(),
             "config": current,
         }
@@ -193,45 +263,64 @@ def _prepare(
     return manifest
 
 
+def plugin_versions(algorithm_names: list[str], instance: Any) -> dict[str, str]:
+    """Where each plugin algorithm or instance kind of the run comes from (distribution and
+    entry point, with the distribution's version): a result names the code that made it."""
+    from fedbandit.registry import algorithms, instance_kinds
+
+    found = {}
+    for registry, names in (
+        (algorithms(), algorithm_names),
+        (instance_kinds(), [str(getattr(instance, "kind", ""))]),
+    ):
+        for name in names:
+            origin = registry.origins.get(name, "fedbandit")
+            if origin != "fedbandit":
+                dist = origin.split(" ", 1)[0]
+                try:
+                    version = metadata.version(dist)
+                except metadata.PackageNotFoundError:
+                    version = "unknown"
+                found[name] = f"{origin}, version {version}"
+    return found
+
+
 def run_experiment(
     config: ExperimentConfig,
     out_dir: Path | None = None,
     workers: int | None = None,
     progress: bool = True,
-    runtime: str = "local",
-    nodes: int | None = None,
-    deployment: Submission | None = None,
-    job_options: dict[str, Any] | None = None,
+    options: RuntimeOptions | None = None,
+    algorithms: list[str] | None = None,
+    plots: bool = True,
 ) -> Path:
-    """Run every (algorithm, seed) not yet done in ``out_dir`` on ``runtime``: ``local``,
-    ``flower-sim`` on ``nodes`` virtual SuperNodes, or ``flower`` on the SuperLink of
-    ``deployment`` (one Flower run per seed; ``job_options`` are timeouts and the failure
-    policy); returns the run folder."""
-    if runtime not in RUNTIMES:
-        raise ConfigError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+    """Run every (algorithm, seed) not yet done in ``out_dir`` on the runtime of ``options``
+    (default: local); ``algorithms`` restricts the run to some of the experiment's algorithms.
+    Writes the manifest, ``summary.json`` and (with ``plots``) the plots; returns the folder."""
+    options = options or RuntimeOptions()
+    entry = RUNTIMES[options.runtime]
     run_dir = Path(out_dir) if out_dir is not None else default_out_dir(config)
-    if runtime in ("flower-sim", "flower"):
-        workers = 1  # the nodes do the parallel work
-    workers = workers or min(os.cpu_count() or 1, config.seeds * len(config.algorithms))
-    if workers < 1:
+    selected = list(algorithms) if algorithms is not None else list(config.algorithms)
+    if unknown := [a for a in selected if a not in config.algorithms]:
+        raise ConfigError(
+            f"algorithms {unknown} are not in experiment {config.name!r} "
+            f"(its algorithms: {', '.join(config.algorithms)})"
+        )
+    if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
-    manifest = _prepare(config, run_dir, workers, runtime, nodes)
+    if not entry.parallel:
+        workers = 1  # the nodes do the parallel work
+    workers = workers or min(os.cpu_count() or 1, config.seeds * len(selected))
+    manifest = _prepare(config, run_dir, workers, options)
     tasks = [
-        (a, s)
-        for a in config.algorithms
+        RunSpec(experiment=config, algorithm=a, seed=s, options=options)
+        for a in selected
         for s in range(config.seeds)
         if not seed_done(run_dir, a, s)
     ]
-    data = config_dict(config)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
     try:
-        options = {
-            "runtime": runtime,
-            "nodes": nodes,
-            "deployment": deployment,
-            "job_options": job_options,
-        }
-        _run_tasks(tasks, data, run_dir, workers, bar, options)
+        _run_tasks(tasks, run_dir, workers, bar)
     except BaseException:
         remove_stale_temporaries(run_dir)  # workers have stopped: nothing is being written
         raise
@@ -241,9 +330,10 @@ def run_experiment(
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
     atomic_write_json(run_dir / "manifest.json", manifest)
-    from fedbandit.plotting import plot_run
+    if plots:
+        from fedbandit.plotting import plot_run
 
-    plot_run(run_dir)
+        plot_run(run_dir)
     return run_dir
 
 
@@ -264,37 +354,28 @@ def _record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str
     manifest["dropped_clients"] = dropped
 
 
-def _run_tasks(
-    tasks: list[tuple[str, int]],
-    data: dict[str, Any],
-    run_dir: Path,
-    workers: int,
-    bar: tqdm,
-    options: dict[str, Any],
-) -> None:
-    """Run the (algorithm, seed) tasks, inline or in a process pool, advancing ``bar``."""
+def _run_tasks(tasks: list[RunSpec], run_dir: Path, workers: int, bar: tqdm) -> None:
+    """Run the tasks, inline or in a process pool, advancing ``bar``."""
     if workers == 1:
-        for algorithm, seed in tasks:
-            bar.set_postfix_str(f"{algorithm} seed {seed}")
-            run_task(data, algorithm, seed, str(run_dir), **options)
+        for spec in tasks:
+            bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
+            run_task(spec, str(run_dir))
             bar.update()
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {
-                pool.submit(run_task, data, a, s, str(run_dir), **options): (a, s) for a, s in tasks
-            }
-            pending = set(futures)
-            try:
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        future.result()
-                        algorithm, seed = futures[future]
-                        bar.set_postfix_str(f"{algorithm} seed {seed}")
-                        bar.update()
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_task, spec, str(run_dir)): spec for spec in tasks}
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    future.result()
+                    spec = futures[future]
+                    bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
+                    bar.update()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def summary_table(summary: dict[str, Any]) -> str:

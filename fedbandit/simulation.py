@@ -8,14 +8,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import ValidationError
 
-from fedbandit.algorithms import ProblemSpec, get_algorithm
-from fedbandit.contextual.environment import ContextualEnvironment
-from fedbandit.contextual.instances import ContextualInstance
-from fedbandit.environment import BanditEnvironment, RegretRecord
+from fedbandit.algorithms import AlgorithmSpec, Hyperparameters, ProblemSpec, get_algorithm
+from fedbandit.config import describe_validation
+from fedbandit.environment import RegretRecord
+from fedbandit.errors import ConfigError
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.federation.runtime import FederationResult, InProcessRuntime, run_federation
-from fedbandit.instances import LinearBanditInstance
+from fedbandit.instances import Instance
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,7 +56,7 @@ class SeedResult:
         )
 
 
-def problem_spec(instance: LinearBanditInstance | ContextualInstance, horizon: int) -> ProblemSpec:
+def problem_spec(instance: Instance, horizon: int) -> ProblemSpec:
     return ProblemSpec(
         num_clients=instance.num_clients,
         num_arms=instance.num_arms,
@@ -77,40 +78,67 @@ def client_groups(num_clients: int, group_size: int | None) -> list[np.ndarray]:
     return [ids[i : i + group_size] for i in range(0, num_clients, group_size)]
 
 
+def _hyperparameters(spec_entry: AlgorithmSpec, params: Any) -> Hyperparameters:
+    """Validated hyperparameters from a dict, or the algorithm's own model as given."""
+    if isinstance(params, spec_entry.params):
+        return params
+    if isinstance(params, Hyperparameters):
+        raise ConfigError(
+            f"algorithm {spec_entry.name!r} takes {spec_entry.params.__name__}, "
+            f"got {type(params).__name__}"
+        )
+    try:
+        return spec_entry.params(**dict(params or {}))
+    except ValidationError as err:
+        raise ConfigError(f"params.{spec_entry.name}: {describe_validation(err)}") from None
+
+
+def build_server(
+    instance: Instance,
+    algorithm: str,
+    horizon: int,
+    params: Mapping[str, Any] | Hyperparameters | None = None,
+) -> ServerLogic:
+    """The server logic of one run (the ServerApp of a Flower runtime needs nothing else)."""
+    spec_entry = get_algorithm(algorithm)
+    spec = problem_spec(instance, horizon)
+    spec_entry.check_problem(spec)
+    return spec_entry.make_server(spec, _hyperparameters(spec_entry, params))
+
+
 def build_federation(
-    instance: LinearBanditInstance | ContextualInstance,
+    instance: Instance,
     algorithm: str,
     horizon: int,
     entropy: list[int],
-    params: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | Hyperparameters | None = None,
     group_size: int | None = None,
     client_ids: np.ndarray | None = None,
 ) -> tuple[ServerLogic, list[ClientLogic]]:
     """The server logic and the client groups (each with its own environment) of one run; with
     ``client_ids``, a single group of just those clients (a node of a distributed runtime)."""
     spec_entry = get_algorithm(algorithm)
-    hyper = spec_entry.params(**(params or {}))
+    hyper = _hyperparameters(spec_entry, params)
     spec = problem_spec(instance, horizon)
     spec_entry.check_problem(spec)
-    environment = ContextualEnvironment if instance.contextual else BanditEnvironment
     id_groups = (
         [np.asarray(client_ids, dtype=np.int64)]
         if client_ids is not None
         else client_groups(instance.num_clients, group_size)
     )
     groups = [
-        spec_entry.make_client(spec, hyper, environment(instance, ids, horizon, entropy))
+        spec_entry.make_client(spec, hyper, instance.make_environment(ids, horizon, entropy))
         for ids in id_groups
     ]
     return spec_entry.make_server(spec, hyper), groups
 
 
 def simulate(
-    instance: LinearBanditInstance | ContextualInstance,
+    instance: Instance,
     algorithm: str,
     horizon: int,
     entropy: list[int],
-    params: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | Hyperparameters | None = None,
     group_size: int | None = None,
 ) -> SeedResult:
     """Run ``algorithm`` over T = ``horizon`` pulls per client; rewards seeded by ``entropy``."""

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from fedbandit.bench import BENCHMARKS, format_table
-from fedbandit.bench_deploy import (
+from fedbandit.bench.deploy import (
     ECHO_APP_DIR,
     PORTS,
     Cluster,

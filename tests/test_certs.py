@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import PolicyBuilder, Store
 
+from fedbandit.errors import ConfigError, DeploymentError
 from fedbandit.flower import certs
 from fedbandit.flower.certs import DevPki, make_dev_pki, make_node_key
 
@@ -162,14 +163,14 @@ def test_tls_handshake(pki: DevPki) -> None:
 def test_refuses_to_overwrite(tmp_path: Path) -> None:
     (tmp_path / "nodes").mkdir()
     (tmp_path / "nodes" / "node0.pub").write_text("keep")
-    with pytest.raises(FileExistsError, match=r"node0\.pub"):
+    with pytest.raises(DeploymentError, match=r"node0\.pub"):
         make_dev_pki(tmp_path, ["localhost"], nodes=["node0"])
     assert not (tmp_path / "ca.crt").exists()  # nothing written
     assert (tmp_path / "nodes" / "node0.pub").read_text() == "keep"
 
     pki = make_dev_pki(tmp_path, ["localhost"], nodes=["node0"], overwrite=True)
     first = pki.ca_cert.read_bytes()
-    with pytest.raises(FileExistsError, match=r"ca\.crt"):
+    with pytest.raises(DeploymentError, match=r"ca\.crt"):
         make_dev_pki(tmp_path, ["localhost"])
     assert pki.ca_cert.read_bytes() == first
     make_dev_pki(tmp_path, ["localhost"], overwrite=True)
@@ -182,7 +183,7 @@ def test_refuses_to_overwrite(tmp_path: Path) -> None:
     ["bad_host", "-lead.example", "trail-.example", "a..b", "", "exa mple", "256.1.1.1", "ü.de"],
 )
 def test_bad_host(tmp_path: Path, host: str) -> None:
-    with pytest.raises(ValueError, match="host") as err:
+    with pytest.raises(ConfigError, match="host") as err:
         make_dev_pki(tmp_path, ["localhost", host])
     assert repr(host) in str(err.value)
     assert not list(tmp_path.iterdir())
@@ -196,18 +197,18 @@ def test_host_forms() -> None:
 
 @pytest.mark.parametrize("name", ["", "../x", "a/b", ".hidden", "x.pub", "a b", "n" * 65])
 def test_bad_node_name(tmp_path: Path, name: str) -> None:
-    with pytest.raises(ValueError, match="node name") as err:
+    with pytest.raises(ConfigError, match="node name") as err:
         make_dev_pki(tmp_path, ["localhost"], nodes=[name])
     assert repr(name) in str(err.value)
     assert not list(tmp_path.iterdir())
 
 
 def test_other_bad_arguments(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="duplicate node names: a"):
+    with pytest.raises(ConfigError, match="duplicate node names: a"):
         make_dev_pki(tmp_path, ["localhost"], nodes=["a", "b", "a"])
-    with pytest.raises(ValueError, match="days"):
+    with pytest.raises(ConfigError, match="days"):
         make_dev_pki(tmp_path, ["localhost"], days=0)
-    with pytest.raises(ValueError, match="at least one host"):
+    with pytest.raises(ConfigError, match="at least one host"):
         make_dev_pki(tmp_path, [])
     with pytest.raises(TypeError):
         make_dev_pki(tmp_path, "localhost")
@@ -223,7 +224,7 @@ def test_make_node_key_later(tmp_path: Path) -> None:
     assert node.public_key == tmp_path / "keys" / "node7.pub"
     assert _mode(node.private_key) == 0o600
     assert node.public_key.read_text().split()[2] == "node7"
-    with pytest.raises(FileExistsError, match="node7"):
+    with pytest.raises(DeploymentError, match="node7"):
         make_node_key(tmp_path / "keys" / "node7", "node7")
     again = make_node_key(tmp_path / "keys" / "node7", "node7", overwrite=True)
     assert again == node

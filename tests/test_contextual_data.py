@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from fedbandit.config import ConfigError, available_experiments, load_experiment
+from fedbandit.config import available_experiments, load_experiment
 from fedbandit.contextual.environment import CHUNK, ContextualEnvironment
 from fedbandit.datasets import ClassificationContextualParams, DatasetError
 from fedbandit.datasets.contextual import contextual_from_data, dirichlet_partition
 from fedbandit.datasets.tables import bundled_dataset
+from fedbandit.errors import DataError
 from fedbandit.instances import build_instance
 from fedbandit.rng import REWARD_DOMAIN, client_generators
 from fedbandit.runner import run_experiment
@@ -92,8 +93,8 @@ def test_empty_partition_is_a_clear_error():
         make("iris", num_clients=60, concentration=0.01, max_draws=3)
     with pytest.raises(DatasetError, match="150 samples, num_clients = 200"):
         make("iris", num_clients=200)
-    # Through the registry the same message is a one-line configuration error.
-    with pytest.raises(ConfigError, match="load_iris: client"):
+    # Through the registry the same error (a FedbanditError: one line on the command line).
+    with pytest.raises(DataError, match="load_iris: client"):
         build_instance(
             ClassificationContextualParams(
                 dataset="iris", num_clients=60, concentration=0.01, max_draws=2

@@ -18,7 +18,7 @@ from scipy.stats import pearsonr
 import fedbandit.datasets.common as common
 import fedbandit.datasets.movielens as ml
 from fedbandit.cli import main
-from fedbandit.config import ConfigError, available_experiments, load_experiment
+from fedbandit.config import available_experiments, load_experiment
 from fedbandit.datasets import (
     DatasetError,
     MissingDataError,
@@ -31,6 +31,7 @@ from fedbandit.datasets import (
     load_table,
 )
 from fedbandit.datasets.tables import bundled_dataset, classification_instance, fit_thetas
+from fedbandit.errors import DataError, FedbanditError
 from fedbandit.instances import build_instance
 from fedbandit.runner import run_experiment
 from fedbandit.simulation import simulate
@@ -254,9 +255,10 @@ def test_missing_movielens_names_path_and_grouplens(tmp_path, no_network):
     assert "GroupLens" in message and "grouplens.org/datasets/movielens/100k" in message
     with pytest.raises(MissingDataError, match=r"instance.path is empty.*GroupLens"):
         build_movielens(MovieLensParams())
-    # through the registry, the command line prints one line and exits with status 2
-    with pytest.raises(ConfigError, match="GroupLens"):
+    # through the registry too (the command line prints a FedbanditError as one line, status 2)
+    with pytest.raises(MissingDataError, match="GroupLens") as err:
         build_instance(MovieLensParams(path=str(tmp_path / "nope")))
+    assert isinstance(err.value, DataError) and isinstance(err.value, FedbanditError)
 
 
 def test_movielens_experiment_validates_but_asks_for_the_data(tmp_path, capsys, no_network):
@@ -486,7 +488,7 @@ def test_table_sample_and_class_problems(tmp_path):
         build_table(TableParams(path=str(tmp_path / "one.csv"), label="label", num_clients=2))
     with pytest.raises(DatasetError, match=r"dim = 5 needs 4 .*only 2 .*\(dim <= 3\)"):
         build_table(TableParams(path=str(file), label="label", num_clients=3, dim=5))
-    with pytest.raises(ConfigError, match="too few samples"):
+    with pytest.raises(DataError, match="too few samples"):
         build_instance(TableParams(path=str(file), label="label", num_clients=20))
 
 

@@ -88,6 +88,31 @@ def test_three_runtimes_give_identical_results(deployment, tmp_path):
     assert manifest["runtime"] == "flower" and manifest["status"] == "complete"
 
 
+PLUGIN_EXPERIMENT = (
+    Path(__file__).resolve().parents[1]
+    / "examples" / "fedbandit-example-plugin" / "experiments" / "fed_ucb_two_groups.toml"
+)  # fmt: skip
+
+
+def test_plugin_algorithm_runs_on_a_deployment_as_locally(deployment, tmp_path):
+    """The example plugin (installed by `make test`), by name, on a loopback deployment: the
+    ServerApp and the ClientApps find it through its entry points; results identical to local."""
+    experiment = [
+        str(PLUGIN_EXPERIMENT), "--seeds", "1", "--quiet", "--set", 'algorithms=["fed_ucb"]',
+        "--set", "instance.num_clients=6", "--set", "horizon=512",
+    ]  # fmt: skip
+    superlink = start_loopback(deployment, ["0-2", "3-5"])
+    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
+    code = run_cli(
+        "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
+        "--out", str(tmp_path / "flower"),
+    )  # fmt: skip
+    assert code == 0, deployment.logs()
+    assert_same_results(tmp_path / "local", tmp_path / "flower", ["fed_ucb"])
+    plugins = read_json(tmp_path / "flower" / "manifest.json")["plugins"]
+    assert plugins["fed_ucb"].startswith("fedbandit-example-plugin")
+
+
 def wait_for_rounds(deploy: Deployment, node: str, rounds: int, timeout: float = 120) -> None:
     """Until ``node`` has received ``rounds`` round messages (its log says so)."""
     deadline = time.monotonic() + timeout

@@ -7,7 +7,8 @@ import tomllib
 import pytest
 
 from fedbandit.cli import main
-from fedbandit.config import ConfigError, load_experiment
+from fedbandit.config import load_experiment
+from fedbandit.errors import DeploymentError
 from fedbandit.flower.apps import FlowerJob, job_from_json, job_to_json
 from fedbandit.flower.deployment import (
     ServerTls,
@@ -25,12 +26,12 @@ def test_client_ranges_and_addresses_parse_or_name_the_problem():
     assert parse_client_range("0-49") == (0, 50)
     assert parse_client_range("7") == (7, 1)
     for bad in ("a-b", "5-2", "-3"):
-        with pytest.raises(ConfigError, match="--clients"):
+        with pytest.raises(DeploymentError, match="--clients"):
             parse_client_range(bad)
     assert split_address("10.0.0.1:9092") == ("10.0.0.1", 9092)
     assert split_address("[::1]:9092") == ("::1", 9092)
     for bad in ("host", "host:", "host:99999", ":80"):
-        with pytest.raises(ConfigError, match="HOST:PORT"):
+        with pytest.raises(DeploymentError, match="HOST:PORT"):
             split_address(bad)
 
 
@@ -41,11 +42,11 @@ def test_superlink_command_has_safe_defaults(tmp_path):
     assert command[command.index("--database") + 1] == str(tmp_path.resolve() / "superlink.db")
     in_memory = superlink_command(tmp_path, insecure=True, in_memory=True)
     assert in_memory[in_memory.index("--database") + 1] == ":flwr-in-memory:"
-    with pytest.raises(ConfigError, match="--insecure explicitly"):
+    with pytest.raises(DeploymentError, match="--insecure explicitly"):
         superlink_command(tmp_path)
-    with pytest.raises(ConfigError, match="needs TLS"):
+    with pytest.raises(DeploymentError, match="needs TLS"):
         superlink_command(tmp_path, insecure=True, node_auth=True)
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(DeploymentError, match="not found"):
         ServerTls.from_dir(tmp_path)
 
 
@@ -59,7 +60,7 @@ def test_supernode_command_names_its_clients_and_state(tmp_path):
     assert config.startswith("first-client=50 num-clients=25")
     assert f'state-dir="{tmp_path.resolve() / "clients"}"' in config
     assert command[command.index("--port") + 1] == "9510"
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(DeploymentError, match="not found"):
         supernode_command("h:1", (0, 1), insecure=True, auth_key=tmp_path / "missing")
 
 
@@ -80,7 +81,7 @@ def test_connection_file_for_tls_and_insecure(tmp_path):
         "address": "10.0.0.1:9092",
         "root-certificates": str((tmp_path / "ca.crt").resolve()),
     }
-    with pytest.raises(ConfigError):
+    with pytest.raises(DeploymentError):
         write_connection(tmp_path, "h:1", False, None)
 
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedbandit.bench_design import bench_design, paper_design_problem, random_design_problem
+from fedbandit.bench.design import bench_design, paper_design_problem, random_design_problem
 from fedbandit.design import (
     DesignResult,
     certificate,

@@ -10,8 +10,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDic
 
 from fedbandit.federation.messages import Message as BanditMessage
 from fedbandit.federation.runtime import ClientFailure, run_federation
-from fedbandit.flower.apps import FlowerGridRuntime, FlowerJob, discover_nodes
+from fedbandit.flower.apps import FlowerJob
 from fedbandit.flower.codec import decode, encode
+from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
 from fedbandit.simulation import build_federation, simulate
 
@@ -371,3 +372,43 @@ def test_node_store_resumes_after_or_replays_before_the_last_round(tmp_path):
     np.testing.assert_array_equal(got_after["env.pulls"], [4, 5, 6])
     assert got_after["logic.phase"].shape == () and int(got_after["logic.phase"]) == 3
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_codec_regret_state_and_hello_round_trip():
+    """The ClientApp's records (codec) read back as written; a record for other clients or with
+    a non-finite value is malformed."""
+    from fedbandit.flower.codec import (
+        MalformedReplyError,
+        decode_hello,
+        decode_regret,
+        decode_state,
+        encode_hello,
+        encode_regret,
+        encode_state,
+    )
+
+    _, groups = build_federation(INSTANCE, "fedpe", 64, [0, 0], client_ids=np.array([2, 3]))
+    logic = groups[0]
+    record = logic.regret_record()
+    back = decode_regret(encode_regret(record), np.array([2, 3]))
+    for name in ("client_ids", "increment_diff", "client_regret", "client_pulls"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(record, name))
+    assert back.scale == record.scale
+    with pytest.raises(MalformedReplyError, match="regret of clients"):
+        decode_regret(encode_regret(record), np.array([2, 4]))
+    bad = encode_regret(record)
+    bad["regret"]["client_regret"] = Array(np.full(2, np.inf))
+    with pytest.raises(MalformedReplyError, match="NaN, infinite"):
+        decode_regret(bad, np.array([2, 3]))
+
+    np.testing.assert_array_equal(decode_hello(encode_hello(logic.client_ids)), [2, 3])
+    with pytest.raises(MalformedReplyError):
+        decode_hello(RecordDict({}))
+
+    context_state = RecordDict({})
+    assert decode_state(context_state) is None
+    state = {"env.pulls": np.array([[1, 2], [3, 4]]), "logic.phase": np.array(5)}
+    encode_state(state, context_state)
+    got = decode_state(context_state)
+    np.testing.assert_array_equal(got["env.pulls"], state["env.pulls"])
+    assert got["logic.phase"].shape == () and int(got["logic.phase"]) == 5

@@ -68,11 +68,11 @@ def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch)
     real = runner.run_task
     calls = []
 
-    def flaky(data, algorithm, seed, run_dir, **options):
-        if algorithm == "collaborative":
+    def flaky(spec, run_dir):
+        if spec.algorithm == "collaborative":
             raise KeyboardInterrupt
-        calls.append((algorithm, seed))
-        return real(data, algorithm, seed, run_dir, **options)
+        calls.append((spec.algorithm, spec.seed))
+        return real(spec, run_dir)
 
     monkeypatch.setattr(runner, "run_task", flaky)
     with pytest.raises(KeyboardInterrupt):
@@ -196,7 +196,7 @@ def test_contextual_experiment_reports_diversity_and_growth(tmp_path):
     assert summary["central_linucb"]["uplink_scalars"] > summary["dislinucb"]["uplink_scalars"]
     assert (out / "plots" / "regret_over_log_t.png").stat().st_size > 10_000
     ax = plot_regret(out, over_log_t=True)
-    assert ax.get_ylabel() == "R(T)/M / log T"
+    assert ax.get_ylabel() == "R(t)/M / log t"
 
 
 def test_plots_of_an_experiment_without_communication(tmp_path):

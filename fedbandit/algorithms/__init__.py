@@ -9,12 +9,20 @@ from fedbandit.algorithms.base import (
     ProblemSpec,
 )
 from fedbandit.algorithms.federated_linucb import (
+    AsyncLinUCBClient,
+    AsyncLinUCBServer,
     AsyncParams,
+    CentralLinUCBClient,
+    CentralLinUCBServer,
     CentralParams,
+    DisLinUCBClient,
     DisLinUCBParams,
-    FederatedRidgeClient,
-    FederatedRidgeServer,
+    DisLinUCBServer,
+    FederatedRidgeClientBase,
+    FederatedRidgeServerBase,
+    FedLinUCBClient,
     FedLinUCBParams,
+    FedLinUCBServer,
 )
 from fedbandit.algorithms.linucb import LocalRidgeClient, RidgeParams
 from fedbandit.algorithms.local_ucb import LocalUCBClient, LocalUCBParams
@@ -49,19 +57,24 @@ def _local(name: str, description: str, rule: str, schedule: str) -> AlgorithmSp
 
 
 def _federated(
-    name: str, description: str, params: type[Hyperparameters], protocol: str
+    name: str,
+    description: str,
+    params: type[Hyperparameters],
+    server: type[FederatedRidgeServerBase],
+    client: type[FederatedRidgeClientBase],
 ) -> AlgorithmSpec:
     return AlgorithmSpec(
         name=name,
         description=description,
         params=params,
-        make_server=lambda spec, p: FederatedRidgeServer(spec, p, protocol),
-        make_client=lambda spec, p, env: FederatedRidgeClient(spec, p, protocol, env),
+        make_server=lambda spec, p: server(spec, p),
+        make_client=lambda spec, p, env: client(spec, p, env),
         contextual=True,
     )
 
 
-ALGORITHMS: dict[str, AlgorithmSpec] = {
+#: fedbandit's own algorithms; ``fedbandit.registry.algorithms()`` adds the plugins'.
+BUILTIN_ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec
     for spec in (
         _phased(
@@ -113,36 +126,49 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             "dislinucb",
             "DisLinUCB: log-det sync trigger (Wang et al. 2020)",
             DisLinUCBParams,
-            "dislinucb",
+            DisLinUCBServer,
+            DisLinUCBClient,
         ),
         _federated(
             "async_linucb",
             "Async-LinUCB: upload and push ratios (Li & Wang 2022)",
             AsyncParams,
-            "async",
+            AsyncLinUCBServer,
+            AsyncLinUCBClient,
         ),
         _federated(
             "fedlinucb",
             "FedLinUCB: determinant-ratio sync (He et al. 2022)",
             FedLinUCBParams,
-            "fedlinucb",
+            FedLinUCBServer,
+            FedLinUCBClient,
         ),
         _federated(
             "central_linucb",
             "Centralised LinUCB: every sample shared every round",
             CentralParams,
-            "central",
+            CentralLinUCBServer,
+            CentralLinUCBClient,
         ),
     )
 }
 
 
+#: Kept for code written against earlier versions: the built-in algorithms only.
+ALGORITHMS = BUILTIN_ALGORITHMS
+
+
 def get_algorithm(name: str) -> AlgorithmSpec:
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        known = ", ".join(sorted(ALGORITHMS))
-        raise ValueError(f"unknown algorithm {name!r}; known algorithms: {known}") from None
+    """The registered algorithm ``name``, built in or a plugin's (``fedbandit.registry``)."""
+    from fedbandit.registry import algorithms
+
+    return algorithms().get(name)
 
 
-__all__ = ["ALGORITHMS", "AlgorithmSpec", "Hyperparameters", "ProblemSpec", "get_algorithm"]
+__all__ = [
+    "BUILTIN_ALGORITHMS",
+    "AlgorithmSpec",
+    "Hyperparameters",
+    "ProblemSpec",
+    "get_algorithm",
+]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from fedbandit.environment import BanditEnvironment
+from fedbandit.environment import GroupEnvironment
+from fedbandit.errors import ConfigError
 from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
 
@@ -36,30 +38,51 @@ class Hyperparameters(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Params = TypeVar("Params", bound=Hyperparameters)
+Env = TypeVar("Env", bound=GroupEnvironment)
+
+
 @dataclass(frozen=True)
-class AlgorithmSpec:
-    """A registry entry: name, description, hyperparameter model and the two factories."""
+class AlgorithmSpec(Generic[Params]):
+    """A registry entry: name, description, hyperparameter model and the two factories.
+
+    ``make_server(problem, params)`` builds the ``ServerLogic``; ``make_client(problem, params,
+    env)`` builds the ``ClientLogic`` of one group of clients playing in ``env`` (narrow it with
+    ``environment_of``). ``contextual`` says whether the algorithm runs on contextual instances
+    (fresh contexts each round) or on fixed-feature ones; ``needs_shared_parameter`` refuses
+    instances with per-arm parameters."""
 
     name: str
     description: str
-    params: type[Hyperparameters]
-    make_server: Callable[[ProblemSpec, Hyperparameters], ServerLogic]
-    make_client: Callable[[ProblemSpec, Hyperparameters, BanditEnvironment], ClientLogic]
+    params: type[Params]
+    make_server: Callable[[ProblemSpec, Params], ServerLogic]
+    make_client: Callable[[ProblemSpec, Params, GroupEnvironment], ClientLogic]
     needs_shared_parameter: bool = False
     contextual: bool = False
 
     def check_problem(self, spec: ProblemSpec) -> None:
         if self.contextual != spec.contextual:
             wanted = "a contextual" if self.contextual else "a fixed-feature"
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm {self.name!r} needs {wanted} instance (kind 'contextual' draws fresh "
                 "contexts each round; the other kinds hold fixed features per client and arm)"
             )
         if self.needs_shared_parameter and not spec.shared_parameter:
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm {self.name!r} assumes one parameter shared by all arms, but the "
                 "instance has disjoint per-arm parameters"
             )
+
+
+def environment_of(env: GroupEnvironment, kind: type[Env]) -> Env:
+    """``env`` as the environment class a client logic needs (``BanditEnvironment`` for fixed
+    features, ``ContextualEnvironment`` for fresh contexts); a clear error otherwise."""
+    if not isinstance(env, kind):
+        raise ConfigError(
+            f"this algorithm's clients need a {kind.__name__}, but the instance made a "
+            f"{type(env).__name__} (is the algorithm meant for this kind of instance?)"
+        )
+    return env
 
 
 class NoCommunicationServer(ServerLogic):

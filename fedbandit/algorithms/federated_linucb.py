@@ -20,11 +20,17 @@ d x d matrices plus d-vectors per parameter group (d^2 + d scalars).
   statistics every round: the fully shared reference.
 
 The decision rule is LinUCB with the self-normalised radius (OFUL) on the client's current view.
+
+Each protocol is one server and one client class over ``FederatedRidgeServerBase`` and
+``FederatedRidgeClientBase`` (the round, upload and download machinery); its rules are the hooks
+they override (``_receive`` and ``_interim`` on the server, ``_reply`` and ``_uploaded`` on the
+client).
 """
 
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 
 import numpy as np
 from pydantic import Field
@@ -70,8 +76,10 @@ def _logdet(gram: np.ndarray) -> np.ndarray:
     return np.linalg.slogdet(gram)[1].sum(axis=-1)
 
 
-class FederatedRidgeClient(ClientLogic):
-    """A group of clients running LinUCB on their views; uploads follow the protocol's trigger."""
+class FederatedRidgeClientBase(ClientLogic):
+    """A group of clients running LinUCB on their views (lambda I + the last download + their own
+    data not yet uploaded). Each round: take the download, if any, then observe, pull and learn;
+    ``_reply`` (the protocol's upload rule) says what goes back."""
 
     STATE = (
         *POLICY_STATE,
@@ -84,11 +92,9 @@ class FederatedRidgeClient(ClientLogic):
 
     env: ContextualEnvironment
 
-    def __init__(
-        self, spec: ProblemSpec, params: RidgeParams, protocol: str, env: ContextualEnvironment
-    ) -> None:
+    def __init__(self, spec: ProblemSpec, params: RidgeParams, env: ContextualEnvironment) -> None:
         super().__init__(env)  # type: ignore[arg-type]
-        self.spec, self.params, self.protocol = spec, params, protocol
+        self.spec, self.params = spec, params
         n = env.num_clients
         self.policy = RidgePolicy(spec, params, "self_normalized", "constant", n)
         learners = self.policy.learners
@@ -98,26 +104,10 @@ class FederatedRidgeClient(ClientLogic):
         # log det of the view when it last equalled the shared statistics (sync or download)
         self.reference_logdet = learners.logdet.sum(axis=1).copy()
         self.since_sync = np.zeros(n, dtype=np.int64)
-        self.threshold = self._threshold()
-
-    def _threshold(self) -> float:
-        p, spec = self.params, self.spec
-        if isinstance(p, DisLinUCBParams):
-            if p.threshold is not None:
-                return p.threshold
-            T = max(spec.horizon, 3)
-            return T / (spec.num_clients * spec.dim * math.log(T))
-        if isinstance(p, AsyncParams):
-            return math.log(p.upload_ratio)
-        if isinstance(p, FedLinUCBParams):
-            return math.log(1.0 + p.communication_alpha)
-        return 0.0
 
     def handle(self, message: Message) -> Message:
-        if message.kind == "collect":
-            return self._upload(message, np.ones(self.env.num_clients, dtype=bool))
         if message.kind != "round":
-            raise ValueError(f"unknown message kind {message.kind!r} for {self.protocol}")
+            raise ValueError(f"unknown message kind {message.kind!r} for {type(self).__name__}")
         if "gram" in message.fields:
             self._download(message)
         contexts, active = self.env.observe()
@@ -128,40 +118,25 @@ class FederatedRidgeClient(ClientLogic):
         self.pending_target[rows, groups] += rewards[rows, None] * x
         self.pending_count[rows, groups] += 1
         self.since_sync += 1
-        if self.protocol == "central":
-            fields = {
-                "x": contexts[np.arange(len(arms)), arms][:, None],
-                "reward": rewards[:, None],
-                "arm": arms[:, None].astype(np.int32),
-                "acted": active[:, None],
-            }
-            sparse = {"x": "acted", "reward": "acted", "arm": "acted"}
-            self.pending_gram[:] = 0.0
-            self.pending_target[:] = 0.0
-            self.pending_count[:] = 0
-            return Message(
-                "samples",
-                message.round,
-                message.client_ids,
-                fields,
-                sparse=sparse,
-                known=frozenset({"acted"}),
-                meta={"pulls": self.env.pulls.copy()},
-            )
-        growth = self.policy.learners.logdet.sum(axis=1) - self.reference_logdet
-        if self.protocol == "dislinucb":
-            trigger = self.since_sync * growth >= self.threshold
-            return Message(
-                "trigger",
-                message.round,
-                message.client_ids,
-                {"trigger": trigger},
-                sparse={"trigger": "trigger"},
-                meta={"pulls": self.env.pulls.copy()},
-            )
-        return self._upload(message, growth > self.threshold)
+        return self._reply(message, contexts, active, arms, rewards)
+
+    @abstractmethod
+    def _reply(
+        self,
+        message: Message,
+        contexts: np.ndarray,
+        active: np.ndarray,
+        arms: np.ndarray,
+        rewards: np.ndarray,
+    ) -> Message:
+        """The reply to a round, after every client has pulled and learnt: the upload rule."""
+
+    def _growth(self) -> np.ndarray:
+        """log det V_i - log det of the reference view, per client."""
+        return self.policy.learners.logdet.sum(axis=1) - self.reference_logdet
 
     def _upload(self, message: Message, sending: np.ndarray) -> Message:
+        """Upload the pending (dV, db) of the ``sending`` clients (groups with new data only)."""
         send = sending[:, None] & (self.pending_count > 0)
         fields = {
             "gram_delta": np.where(send[..., None, None], self.pending_gram, 0.0),
@@ -171,11 +146,7 @@ class FederatedRidgeClient(ClientLogic):
         self.pending_gram[send] = 0.0
         self.pending_target[send] = 0.0
         self.pending_count[send] = 0
-        if self.protocol != "dislinucb":
-            # the upload trigger compares the view with the view less what is not yet uploaded
-            self.reference_logdet[sending] = _logdet(
-                self.policy.learners.gram[sending] - self.pending_gram[sending]
-            )
+        self._uploaded(sending)
         return Message(
             "upload",
             message.round,
@@ -186,7 +157,11 @@ class FederatedRidgeClient(ClientLogic):
             meta={"pulls": self.env.pulls.copy()},
         )
 
+    def _uploaded(self, sending: np.ndarray) -> None:
+        """Called once the ``sending`` clients have uploaded; nothing by default."""
+
     def _download(self, message: Message) -> None:
+        """View = downloaded statistics + own pending data; the download is the new reference."""
         rows = np.flatnonzero(message.fields["receive"].any(axis=1))
         gram = message.fields["gram"][rows]
         target = message.fields["target"][rows]
@@ -197,23 +172,25 @@ class FederatedRidgeClient(ClientLogic):
         self.since_sync[rows] = 0
 
 
-class FederatedRidgeServer(ServerLogic):
-    """Keeps the global statistics (lambda I + all uploaded data) and decides the downloads.
+class FederatedRidgeServerBase(ServerLogic):
+    """Keeps the global statistics (lambda I + all uploaded data) and sends them to the clients
+    marked in ``download``; ``_receive`` (the protocol's aggregation and download rule) handles
+    each round's replies.
 
     Dropped clients are no longer addressed, synchronised or pushed to; what they uploaded before
     stays in the global statistics, and what they had not uploaded is lost. The protocols' constants
     (DisLinUCB's D uses M) are not re-tuned."""
 
-    def __init__(self, spec: ProblemSpec, params: RidgeParams, protocol: str) -> None:
-        self.spec, self.params, self.protocol = spec, params, protocol
+    def __init__(self, spec: ProblemSpec, params: RidgeParams) -> None:
+        self.spec, self.params = spec, params
         self.group = model_groups(spec, params.model)
         G, d, M = int(self.group.max()) + 1, spec.dim, spec.num_clients
         self.gram = np.broadcast_to(params.regularization * np.eye(d), (G, d, d)).copy()
         self.target = np.zeros((G, d))
+        # log det of the global statistics at each client's last download
         self.client_logdet = np.full(M, float(_logdet(self.gram)))
         self.download = np.zeros(M, dtype=bool)  # by client id
         self.clients = spec.client_ids.copy()
-        self.collect = False
         self.rounds_done = 0
         self.exchange = 0
 
@@ -223,8 +200,9 @@ class FederatedRidgeServer(ServerLogic):
             return None
         n, G = len(ids), self.gram.shape[0]
         self.exchange += 1
-        if self.collect:
-            return Message("collect", self.exchange - 1, ids, {"request": np.ones(n, dtype=bool)})
+        interim = self._interim(ids)
+        if interim is not None:
+            return interim
         if self.rounds_done >= self.spec.horizon:
             return None
         self.rounds_done += 1
@@ -248,40 +226,208 @@ class FederatedRidgeServer(ServerLogic):
             known=frozenset({"receive"}),
         )
 
+    def _interim(self, ids: np.ndarray) -> Message | None:
+        """An exchange in which nobody pulls, to send before the next round; none by default."""
+        return None
+
     def aggregate(self, reply: Message) -> None:
         if reply.round != self.exchange - 1:
             raise RuntimeError(f"reply for exchange {reply.round}, expected {self.exchange - 1}")
-        if reply.kind == "trigger":
-            self.collect = bool(reply.fields["trigger"].any())
-            return
-        if reply.kind == "samples":
-            acted = reply.fields["acted"][:, 0]
-            x = reply.fields["x"][acted, 0]
-            groups = self.group[reply.fields["arm"][acted, 0]]
-            outer = np.einsum("jd,je->jde", x, x)
-            gram_delta = np.zeros((len(x), *self.gram.shape))
-            target_delta = np.zeros((len(x), *self.target.shape))
-            gram_delta[np.arange(len(x)), groups] = outer
-            target_delta[np.arange(len(x)), groups] = reply.fields["reward"][acted, 0, None] * x
-            self.gram += gram_delta.sum(axis=0)
-            self.target += target_delta.sum(axis=0)
-            self.download[:] = True
-            return
+        self._receive(reply)
+
+    @abstractmethod
+    def _receive(self, reply: Message) -> None:
+        """Fold the replies of the exchange into the global statistics; mark who downloads next."""
+
+    def _add_uploads(self, reply: Message) -> np.ndarray:
+        """Add an upload reply's (dV, db) to the global statistics; returns who sent anything."""
         if reply.kind != "upload":
             raise RuntimeError(f"unexpected reply kind {reply.kind!r}")
         self.gram += reply.fields["gram_delta"].sum(axis=0)
         self.target += reply.fields["target_delta"].sum(axis=0)
-        uploaded = reply.fields["send"].any(axis=1)
-        if self.protocol == "dislinucb":
-            self.collect = False
-            self.download[:] = True
-        elif self.protocol == "fedlinucb":
-            self.download[reply.client_ids] |= uploaded
-        else:
-            assert isinstance(self.params, AsyncParams)
-            stale = float(_logdet(self.gram)) - self.client_logdet
-            self.download |= stale > math.log(self.params.download_ratio)
+        return np.asarray(reply.fields["send"].any(axis=1))
 
     def drop_clients(self, client_ids: np.ndarray) -> None:
         self.clients = remove_clients(self.clients, client_ids, type(self).__name__)
         self.download[np.asarray(client_ids, dtype=np.int64)] = False
+
+
+class DisLinUCBClient(FederatedRidgeClientBase):
+    """DisLinUCB (Wang et al. 2020): client j asks for a global sync when
+    (t - t_last) * log(det V_j / det V_sync) >= D; on the server's collect, every client uploads its
+    unsynced (dV, db)."""
+
+    def __init__(
+        self, spec: ProblemSpec, params: DisLinUCBParams, env: ContextualEnvironment
+    ) -> None:
+        super().__init__(spec, params, env)
+        if params.threshold is not None:
+            self.threshold = params.threshold
+        else:  # the paper's simulations: D = T / (M d log T)
+            T = max(spec.horizon, 3)
+            self.threshold = T / (spec.num_clients * spec.dim * math.log(T))
+
+    def handle(self, message: Message) -> Message:
+        if message.kind == "collect":
+            return self._upload(message, np.ones(self.env.num_clients, dtype=bool))
+        return super().handle(message)
+
+    def _reply(
+        self,
+        message: Message,
+        contexts: np.ndarray,
+        active: np.ndarray,
+        arms: np.ndarray,
+        rewards: np.ndarray,
+    ) -> Message:
+        trigger = self.since_sync * self._growth() >= self.threshold
+        return Message(
+            "trigger",
+            message.round,
+            message.client_ids,
+            {"trigger": trigger},
+            sparse={"trigger": "trigger"},
+            meta={"pulls": self.env.pulls.copy()},
+        )
+
+
+class DisLinUCBServer(FederatedRidgeServerBase):
+    """DisLinUCB (Wang et al. 2020): any client's trigger starts a sync, one extra exchange
+    (``collect``) in which every client uploads and nobody pulls; then everyone downloads the new
+    global statistics."""
+
+    def __init__(self, spec: ProblemSpec, params: DisLinUCBParams) -> None:
+        super().__init__(spec, params)
+        self.collect = False
+
+    def _interim(self, ids: np.ndarray) -> Message | None:
+        if not self.collect:
+            return None
+        return Message(
+            "collect", self.exchange - 1, ids, {"request": np.ones(len(ids), dtype=bool)}
+        )
+
+    def _receive(self, reply: Message) -> None:
+        if reply.kind == "trigger":
+            self.collect = bool(reply.fields["trigger"].any())
+            return
+        self._add_uploads(reply)
+        self.collect = False
+        self.download[:] = True
+
+
+class DeterminantRatioClient(FederatedRidgeClientBase):
+    """Client i uploads when det(V_i) / det(V_i - dV_i) > exp(threshold), dV_i being its data not
+    yet uploaded (the client rule of Async-LinUCB and FedLinUCB)."""
+
+    threshold: float
+
+    def _reply(
+        self,
+        message: Message,
+        contexts: np.ndarray,
+        active: np.ndarray,
+        arms: np.ndarray,
+        rewards: np.ndarray,
+    ) -> Message:
+        return self._upload(message, self._growth() > self.threshold)
+
+    def _uploaded(self, sending: np.ndarray) -> None:
+        # the upload trigger compares the view with the view less what is not yet uploaded
+        self.reference_logdet[sending] = _logdet(
+            self.policy.learners.gram[sending] - self.pending_gram[sending]
+        )
+
+
+class AsyncLinUCBClient(DeterminantRatioClient):
+    """Async-LinUCB (Li & Wang 2022): client i uploads when det(V_i) / det(V_i - dV_i) > gamma_U."""
+
+    def __init__(self, spec: ProblemSpec, params: AsyncParams, env: ContextualEnvironment) -> None:
+        super().__init__(spec, params, env)
+        self.threshold = math.log(params.upload_ratio)
+
+
+class AsyncLinUCBServer(FederatedRidgeServerBase):
+    """Async-LinUCB (Li & Wang 2022): the server pushes its global statistics to client j when
+    det(V_global) / det(V_global at j's last download) > gamma_D."""
+
+    def __init__(self, spec: ProblemSpec, params: AsyncParams) -> None:
+        super().__init__(spec, params)
+        self.push_threshold = math.log(params.download_ratio)
+
+    def _receive(self, reply: Message) -> None:
+        self._add_uploads(reply)
+        stale = float(_logdet(self.gram)) - self.client_logdet
+        self.download |= stale > self.push_threshold
+
+
+class FedLinUCBClient(DeterminantRatioClient):
+    """FedLinUCB (He et al. 2022): a client uploads, then downloads, when
+    det(V_down + dV) > (1 + alpha) det(V_down)."""
+
+    def __init__(
+        self, spec: ProblemSpec, params: FedLinUCBParams, env: ContextualEnvironment
+    ) -> None:
+        super().__init__(spec, params, env)
+        self.threshold = math.log(1.0 + params.communication_alpha)
+
+
+class FedLinUCBServer(FederatedRidgeServerBase):
+    """FedLinUCB (He et al. 2022): a client that uploaded downloads the global statistics at its
+    next round."""
+
+    def _receive(self, reply: Message) -> None:
+        uploaded = self._add_uploads(reply)
+        self.download[reply.client_ids] |= uploaded
+
+
+class CentralLinUCBClient(FederatedRidgeClientBase):
+    """Centralised LinUCB: every client uploads each sample (x, r, arm), every round."""
+
+    def _reply(
+        self,
+        message: Message,
+        contexts: np.ndarray,
+        active: np.ndarray,
+        arms: np.ndarray,
+        rewards: np.ndarray,
+    ) -> Message:
+        fields = {
+            "x": contexts[np.arange(len(arms)), arms][:, None],
+            "reward": rewards[:, None],
+            "arm": arms[:, None].astype(np.int32),
+            "acted": active[:, None],
+        }
+        sparse = {"x": "acted", "reward": "acted", "arm": "acted"}
+        self.pending_gram[:] = 0.0
+        self.pending_target[:] = 0.0
+        self.pending_count[:] = 0
+        return Message(
+            "samples",
+            message.round,
+            message.client_ids,
+            fields,
+            sparse=sparse,
+            known=frozenset({"acted"}),
+            meta={"pulls": self.env.pulls.copy()},
+        )
+
+
+class CentralLinUCBServer(FederatedRidgeServerBase):
+    """Centralised LinUCB: adds every sample to the global statistics and sends them to every
+    client every round (the fully shared reference)."""
+
+    def _receive(self, reply: Message) -> None:
+        if reply.kind != "samples":
+            raise RuntimeError(f"unexpected reply kind {reply.kind!r}")
+        acted = reply.fields["acted"][:, 0]
+        x = reply.fields["x"][acted, 0]
+        groups = self.group[reply.fields["arm"][acted, 0]]
+        outer = np.einsum("jd,je->jde", x, x)
+        gram_delta = np.zeros((len(x), *self.gram.shape))
+        target_delta = np.zeros((len(x), *self.target.shape))
+        gram_delta[np.arange(len(x)), groups] = outer
+        target_delta[np.arange(len(x)), groups] = reply.fields["reward"][acted, 0, None] * x
+        self.gram += gram_delta.sum(axis=0)
+        self.target += target_delta.sum(axis=0)
+        self.download[:] = True

@@ -21,13 +21,17 @@ it by Monte Carlo.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
+
+if TYPE_CHECKING:
+    from fedbandit.environment import GroupEnvironment
 
 #: Rejection sampling gives up when fewer than this fraction of draws survive the margin.
 MIN_ACCEPTANCE = 1e-3
@@ -95,6 +99,13 @@ class ContextualInstance:
     @property
     def contextual(self) -> bool:
         return True
+
+    def make_environment(
+        self, client_ids: np.ndarray | Sequence[int], horizon: int, entropy: int | Sequence[int]
+    ) -> GroupEnvironment:
+        from fedbandit.contextual.environment import ContextualEnvironment
+
+        return ContextualEnvironment(self, client_ids, horizon, entropy)
 
     @property
     def context_rows(self) -> int:

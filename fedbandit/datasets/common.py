@@ -4,28 +4,24 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import hashlib
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from fedbandit.errors import DataError
+from fedbandit.errors import MissingDataError as MissingDataError
 
 if TYPE_CHECKING:
     from fedbandit.instances import LinearBanditInstance
 
-P = TypeVar("P")
-
-
-class DatasetError(ValueError):
-    """A problem with user-supplied data; the message names the file and, for text, the line."""
-
-
-class MissingDataError(DatasetError, FileNotFoundError):
-    """The data file is not there (and is never downloaded)."""
+#: The data layer's errors (``fedbandit.errors.DataError`` under its old name for the data
+#: modules; ``MissingDataError`` is re-exported from here too).
+DatasetError = DataError
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
@@ -48,25 +44,6 @@ def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def as_config_errors(builder: Callable[[P], LinearBanditInstance]) -> Callable[[P], Any]:
-    """Wrap a builder for the instance registry: a ``DatasetError`` becomes a ``ConfigError``.
-
-    The command line reports ``ConfigError`` as a one-line message (exit status 2) instead of a
-    traceback; the original error stays attached as ``__cause__``.
-    """
-
-    @functools.wraps(builder)
-    def build(params: P) -> LinearBanditInstance:
-        try:
-            return builder(params)
-        except DatasetError as err:
-            from fedbandit.config import ConfigError  # imported late: config imports instances
-
-            raise ConfigError(str(err)) from err
-
-    return build
 
 
 def gap_statistics(mu: np.ndarray) -> dict[str, Any]:

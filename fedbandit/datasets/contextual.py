@@ -30,16 +30,16 @@ Partitions of the n samples among the M clients (seeded by ``seed``):
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedbandit.datasets.common import (
     DatasetError,
-    as_config_errors,
     file_sha256,
     openmp_single_thread,
 )
@@ -52,6 +52,9 @@ from fedbandit.datasets.tables import (
     standardised_design,
 )
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
+
+if TYPE_CHECKING:
+    from fedbandit.environment import GroupEnvironment
 
 KIND = "classification_contextual"
 
@@ -165,6 +168,13 @@ class TabularContextualInstance:
     @property
     def contextual(self) -> bool:
         return True
+
+    def make_environment(
+        self, client_ids: np.ndarray | Sequence[int], horizon: int, entropy: int | Sequence[int]
+    ) -> GroupEnvironment:
+        from fedbandit.contextual.environment import ContextualEnvironment
+
+        return ContextualEnvironment(self, client_ids, horizon, entropy)
 
     @property
     def context_rows(self) -> int:
@@ -431,5 +441,5 @@ def build_classification_contextual(
     return _MEMO[key]
 
 
-#: The registry's builder: data problems surface as one-line ``ConfigError`` messages.
-classification_contextual_instance = as_config_errors(build_classification_contextual)
+#: The registry's builder (a ``DataError`` is a ``FedbanditError``: the command line reports it).
+classification_contextual_instance = build_classification_contextual

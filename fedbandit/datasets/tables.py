@@ -34,7 +34,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fedbandit.datasets.common import (
     DatasetError,
     MissingDataError,
-    as_config_errors,
     file_sha256,
     fixed_context_instance,
     gap_statistics,
@@ -471,6 +470,6 @@ def build_table(params: TableParams) -> Any:
     )
 
 
-#: The registry's builders: data problems surface as one-line ``ConfigError`` messages.
-sklearn_instance = as_config_errors(build_sklearn)
-table_instance = as_config_errors(build_table)
+#: The registry's builders (a ``DataError`` is a ``FedbanditError``: the command line reports it).
+sklearn_instance = build_sklearn
+table_instance = build_table

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from fedbandit.environment import BanditEnvironment, RegretRecord
+from fedbandit.environment import GroupEnvironment, RegretRecord
 from fedbandit.federation.messages import Message
 from fedbandit.state import collect, restore, strip_prefix, with_prefix
 
@@ -64,7 +64,7 @@ class ClientLogic(ABC):
 
     STATE: tuple[str, ...] = ()
 
-    def __init__(self, env: BanditEnvironment) -> None:
+    def __init__(self, env: GroupEnvironment) -> None:
         self.env = env
 
     @property

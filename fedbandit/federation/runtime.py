@@ -315,10 +315,10 @@ def run_federation(
     while (message := server.configure()) is not None:
         next_round = message.round + 1
         try:
-            reply: Message | None = runtime.exchange(message)
+            answered = runtime.exchange(message)
         except ClientFailure as failure:
-            reply = _surviving_reply(message, failure)
-            ledger.record_exchange(message, reply)
+            survivors = _surviving_reply(message, failure)
+            ledger.record_exchange(message, survivors)
             failures.append(f"round {message.round}: {failure}")
             if on_client_failure == "abort":
                 status = "aborted"
@@ -326,15 +326,15 @@ def run_federation(
             server.drop_clients(failure.lost_clients)
             runtime.drop(failure.lost_clients)
             dropped.update(dict.fromkeys(failure.lost_clients.tolist(), message.round))
-            if reply is None:
-                continue
-        else:
-            if not np.array_equal(reply.client_ids, message.client_ids):
-                raise RuntimeError(
-                    f"round {message.round}: replies came from clients other than those addressed"
-                )
-            ledger.record_exchange(message, reply)
-        server.aggregate(reply)
+            if survivors is not None:
+                server.aggregate(survivors)
+            continue
+        if not np.array_equal(answered.client_ids, message.client_ids):
+            raise RuntimeError(
+                f"round {message.round}: replies came from clients other than those addressed"
+            )
+        ledger.record_exchange(message, answered)
+        server.aggregate(answered)
     records: list[RegretRecord] = []
     lost_at_end: set[int] = set()
     while True:

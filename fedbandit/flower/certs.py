@@ -55,6 +55,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fedbandit.errors import ConfigError, DeploymentError, FedbanditError
+
 #: SuperLink ports (flwr 1.42 defaults): Fleet API (SuperNodes), Control API (``flwr`` CLI).
 FLEET_PORT = 9092
 CONTROL_PORT = 9093
@@ -113,14 +115,14 @@ def parse_host(host: str) -> x509.IPAddress | x509.DNSName:
         or not all(_DNS_LABEL.fullmatch(label) for label in labels)
         or labels[-1].isdigit()
     ):
-        raise ValueError(f"host {host!r} is neither an IP address nor a valid DNS name")
+        raise ConfigError(f"host {host!r} is neither an IP address nor a valid DNS name")
     return x509.DNSName(name)
 
 
 def validate_node_name(name: str) -> str:
     """Return ``name`` if it is usable as a key file name and key comment, else raise."""
     if not _NODE_NAME.fullmatch(name) or name.endswith(".pub"):
-        raise ValueError(
+        raise ConfigError(
             f"node name {name!r} is invalid: use 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit and not ending in '.pub'"
         )
@@ -161,8 +163,8 @@ def _link_new(tmp: Path, path: Path) -> None:
         os.replace(tmp, path)
 
 
-def _exists_error(path: Path) -> FileExistsError:
-    return FileExistsError(
+def _exists_error(path: Path) -> DeploymentError:
+    return DeploymentError(
         f"{path} already exists (pass overwrite=True / --overwrite to replace it)"
     )
 
@@ -301,25 +303,26 @@ def make_dev_pki(
     """Make a development CA, a SuperLink certificate valid for ``hosts`` and ``days``, and an
     OpenSSH P-384 key pair per node name in ``out_dir`` (see the module docstring).
 
-    Raises ``ValueError`` for a bad host, node name or ``days``, and ``FileExistsError`` (naming
-    the file) if a file exists and ``overwrite`` is false; nothing is written in either case.
+    Raises ``ConfigError`` (a ``ValueError``) for a bad host, node name or ``days``, and
+    ``DeploymentError`` (naming the file) if a file exists and ``overwrite`` is false; nothing is
+    written in either case.
     """
     if isinstance(hosts, str) or isinstance(nodes, str):
         raise TypeError("hosts and nodes must be sequences of strings, not a string")
     if not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
-        raise ValueError(f"days must be an integer from 1 to {MAX_DAYS}, got {days!r}")
+        raise ConfigError(f"days must be an integer from 1 to {MAX_DAYS}, got {days!r}")
     san: list[x509.GeneralName] = []
     for host in hosts:
         entry = parse_host(host)
         if entry not in san:
             san.append(entry)
     if not san:
-        raise ValueError("at least one host (IP address or DNS name) is needed for the SAN")
+        raise ConfigError("at least one host (IP address or DNS name) is needed for the SAN")
     for name in nodes:
         validate_node_name(name)
     duplicates = sorted(name for name, count in Counter(nodes).items() if count > 1)
     if duplicates:
-        raise ValueError(f"duplicate node names: {', '.join(duplicates)}")
+        raise ConfigError(f"duplicate node names: {', '.join(duplicates)}")
 
     out_dir = Path(out_dir)
     pki = DevPki(
@@ -401,7 +404,7 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     hosts = args.host or ["127.0.0.1", "localhost"]
     try:
         pki = make_dev_pki(args.out_dir, hosts, args.node or (), args.days, args.overwrite)
-    except (ValueError, FileExistsError) as err:
+    except FedbanditError as err:
         print(f"fedbandit keys: error: {err}", file=sys.stderr)
         return 2
     print(f"made (valid {args.days} days, server names: {', '.join(pki.hosts)}):")

@@ -1,7 +1,16 @@
-"""``Message`` <-> Flower ``RecordDict``: the arrays packed into one ``ArrayRecord`` (raw bytes with
-their dtypes and shapes, never pickles), the header and layout as JSON in a ``ConfigRecord``. A
-field that is the same for every client of a node (a broadcast view, leading stride 0) travels
-once per node and is expanded on arrival."""
+"""fedbandit's wire format over Flower records.
+
+- ``Message`` <-> Flower ``RecordDict`` (``encode``/``decode``): the arrays packed into one
+  ``ArrayRecord`` (raw bytes with their dtypes and shapes, never pickles), the header and layout
+  as JSON in a ``ConfigRecord``. A field that is the same for every client of a node (a broadcast
+  view, leading stride 0) travels once per node and is expanded on arrival.
+- A node's ``hello`` reply, its client ids (``encode_hello``/``decode_hello``).
+- A client group's ``RegretRecord`` (``encode_regret``/``decode_regret``, checked against the
+  node's clients).
+- A client group's state in the ClientApp's ``context.state`` (``encode_state``/``decode_state``).
+- The ClientApp handler's seconds in a reply (``TIMING_KEY``; a measurement, not counted).
+
+Every decoder rejects what it cannot trust with ``MalformedReplyError``."""
 
 from __future__ import annotations
 
@@ -12,6 +21,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from fedbandit.environment import RegretRecord
 from fedbandit.federation.messages import Message
 
 
@@ -21,6 +31,11 @@ class MalformedReplyError(ValueError):
 
 #: dtype kinds a message may carry: booleans, integers, floats (never objects).
 ALLOWED_KINDS = "biuf"
+#: Keys in ``context.state`` (one namespace for every record type of a ``RecordDict``).
+STATE_KEY = "fedbandit.state"
+SCALARS_KEY = "fedbandit.scalars"
+#: Key of the reply record with the ClientApp handler's seconds (a measurement, not counted).
+TIMING_KEY = "timing"
 
 
 def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[list[Any]]]:
@@ -143,3 +158,87 @@ def decode(
         )
     except (KeyError, ValueError) as err:
         raise MalformedReplyError(str(err)) from None
+
+
+def encode_hello(client_ids: np.ndarray) -> RecordDict:
+    """A node's ``hello`` reply: the ids of the clients it serves."""
+    return RecordDict({"ids": ArrayRecord({"client_ids": Array(client_ids)})})
+
+
+def decode_hello(record: RecordDict) -> np.ndarray:
+    """The client ids of a ``hello`` reply; ``MalformedReplyError`` when they are missing."""
+    try:
+        return record.array_records["ids"]["client_ids"].numpy()
+    except KeyError as err:
+        raise MalformedReplyError(f"not a hello reply: no {err}") from None
+
+
+def encode_regret(record: RegretRecord) -> RecordDict:
+    """A client group's regret record as the reply to a ``regret`` query."""
+    arrays = {
+        "client_ids": record.client_ids,
+        "increment_diff": record.increment_diff,
+        "client_regret": record.client_regret,
+        "client_pulls": record.client_pulls,
+    }
+    return RecordDict(
+        {
+            "regret": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}),
+            "scale": ConfigRecord({"scale": record.scale}),
+        }
+    )
+
+
+def decode_regret(content: RecordDict, client_ids: np.ndarray) -> RegretRecord:
+    """The regret record of a reply, for exactly ``client_ids``: one array per client of the
+    right shape and dtype, finite floats; else ``MalformedReplyError``."""
+    try:
+        arrays = {k: a.numpy() for k, a in content.array_records["regret"].items()}
+        record = RegretRecord(
+            arrays["client_ids"],
+            arrays["increment_diff"],
+            arrays["client_regret"],
+            arrays["client_pulls"],
+            float(content.config_records["scale"]["scale"]),
+        )
+    except (KeyError, ValueError, TypeError) as err:
+        raise MalformedReplyError(f"not a regret record: {err}") from None
+    n = len(client_ids)
+    if not np.array_equal(record.client_ids, client_ids):
+        raise MalformedReplyError(
+            f"regret of clients {record.client_ids.tolist()}, expected {client_ids.tolist()}"
+        )
+    if (
+        record.increment_diff.ndim != 1
+        or record.client_regret.shape != (n,)
+        or record.client_pulls.shape != (n,)
+        or record.client_pulls.dtype.kind not in "iu"
+    ):
+        raise MalformedReplyError("regret record arrays of the wrong shape or dtype")
+    values = (record.increment_diff, record.client_regret, np.array(record.scale))
+    if not all(v.dtype.kind == "f" and np.all(np.isfinite(v)) for v in values):
+        raise MalformedReplyError("regret record with NaN, infinite or non-float values")
+    return record
+
+
+def encode_state(state: dict[str, np.ndarray], target: RecordDict) -> None:
+    """A client group's state (``ClientLogic.state_dict()``) into ``target`` (the ClientApp's
+    ``context.state``). Flower returns 0-d arrays as 1-d: the scalar entries are listed so that
+    ``decode_state`` gives them back as scalars."""
+    target.array_records[STATE_KEY] = ArrayRecord(
+        {key: Array(np.ascontiguousarray(np.atleast_1d(value))) for key, value in state.items()}
+    )
+    scalars = [key for key, value in state.items() if value.ndim == 0]
+    target.config_records[SCALARS_KEY] = ConfigRecord({"scalars": json.dumps(scalars)})
+
+
+def decode_state(source: RecordDict) -> dict[str, np.ndarray] | None:
+    """The state ``encode_state`` wrote into ``source``, or None when it holds none."""
+    if STATE_KEY not in source.array_records:
+        return None
+    stored = source.array_records[STATE_KEY]
+    scalars = set(json.loads(str(source.config_records[SCALARS_KEY]["scalars"])))
+    return {
+        key: array.numpy().reshape(()) if key in scalars else array.numpy()
+        for key, array in stored.items()
+    }

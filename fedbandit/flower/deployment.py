@@ -10,6 +10,10 @@ clients (``--node-config "first-client=F num-clients=N"``), i.e. one client grou
 Submitting uses Flower's own CLI (``flwr run``) on the Flower App in ``flwr_app/`` with a run-config
 file carrying the job; ``flwr run`` exits 0 even when the ServerApp fails, so the outcome is read
 from ``flwr ls --run-id``.
+
+Errors: a deployment that cannot start or went wrong (addresses, client ranges, TLS files, keys,
+``flwr`` failures, a refused or failed run) raises ``fedbandit.errors.DeploymentError``; a
+combination of arguments this module does not support raises ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pathlib import Path
 
 import tomli_w
 
-from fedbandit.config import ConfigError
+from fedbandit.errors import ConfigError, DeploymentError
 from fedbandit.flower.simulation import FLOWER_ENVIRONMENT
 
 #: Where ``flwr run`` finds the ServerApp and ClientApp (a shim over this package).
@@ -65,7 +69,7 @@ def split_address(address: str) -> tuple[str, int]:
     """``HOST:PORT`` (IPv6 as ``[::1]:PORT``) into its parts, with a clear error."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"expected HOST:PORT, got {address!r}")
+        raise DeploymentError(f"expected HOST:PORT, got {address!r}")
     return host.strip("[]"), int(port)
 
 
@@ -75,9 +79,9 @@ def parse_client_range(text: str) -> tuple[int, int]:
     try:
         lo, hi = int(first), int(last) if sep else int(first)
     except ValueError:
-        raise ConfigError(f"--clients expects FIRST-LAST (e.g. 0-49), got {text!r}") from None
+        raise DeploymentError(f"--clients expects FIRST-LAST (e.g. 0-49), got {text!r}") from None
     if lo < 0 or hi < lo:
-        raise ConfigError(f"--clients {text!r}: need 0 <= FIRST <= LAST")
+        raise DeploymentError(f"--clients {text!r}: need 0 <= FIRST <= LAST")
     return lo, hi - lo + 1
 
 
@@ -95,15 +99,15 @@ class ServerTls:
         tls = ServerTls(directory / "ca.crt", directory / "server.pem", directory / "server.key")
         for path in (tls.ca_certfile, tls.certfile, tls.keyfile):
             if not path.is_file():
-                raise ConfigError(f"TLS file {path} not found (make one with `fedbandit keys`)")
+                raise DeploymentError(f"TLS file {path} not found (make one with `fedbandit keys`)")
         return tls
 
 
 def _security(insecure: bool, has_tls: bool, host: str, what: str) -> list[str]:
     if has_tls and insecure:
-        raise ConfigError(f"{what}: choose TLS files or --insecure, not both")
+        raise DeploymentError(f"{what}: choose TLS files or --insecure, not both")
     if not has_tls and not insecure:
-        raise ConfigError(
+        raise DeploymentError(
             f"{what}: give TLS files (see `fedbandit keys`) or pass --insecure explicitly "
             "(plain HTTP, meant for loopback)"
         )
@@ -146,7 +150,9 @@ def superlink_command(
         ]
     if node_auth:
         if tls is None:
-            raise ConfigError("SuperNode authentication needs TLS (Flower refuses it with HTTP)")
+            raise DeploymentError(
+                "SuperNode authentication needs TLS (Flower refuses it with HTTP)"
+            )
         command.append("--enable-supernode-auth")
     command += [
         "--host",
@@ -202,7 +208,7 @@ def supernode_command(
         command += ["--root-certificates", str(root_certificates)]
     if auth_key is not None:
         if not Path(auth_key).is_file():
-            raise ConfigError(f"node key {auth_key} not found (make one with `fedbandit keys`)")
+            raise DeploymentError(f"node key {auth_key} not found (make one with `fedbandit keys`)")
         command += ["--auth-supernode-private-key", str(auth_key)]
     command += [
         "--superlink",
@@ -227,7 +233,7 @@ def write_connection(
     elif root_certificates is not None:
         connection["root-certificates"] = str(Path(root_certificates).resolve())
     else:
-        raise ConfigError("give --root-certificates (TLS) or --insecure for the SuperLink")
+        raise DeploymentError("give --root-certificates (TLS) or --insecure for the SuperLink")
     flwr_home.mkdir(parents=True, exist_ok=True)
     text = tomli_w.dumps({"superlink": {"default": CONNECTION, CONNECTION: connection}})
     (flwr_home / "config.toml").write_text(text)
@@ -253,12 +259,18 @@ class Submission:
         return env
 
     def flwr(self, env: dict[str, str], *args: str, timeout: float = 120.0) -> str:
-        """``flwr ARGS`` in ``env``; its standard output, or ``RuntimeError`` with its output."""
-        done = subprocess.run(
-            ["flwr", *args], env=env, capture_output=True, text=True, timeout=timeout
-        )
+        """``flwr ARGS`` in ``env``; its standard output, or ``DeploymentError`` with its output
+        (also when it does not finish within ``timeout`` seconds)."""
+        try:
+            done = subprocess.run(
+                ["flwr", *args], env=env, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            raise DeploymentError(
+                f"`flwr {' '.join(args)}` did not finish within {timeout} s"
+            ) from None
         if done.returncode != 0:
-            raise RuntimeError(
+            raise DeploymentError(
                 f"`flwr {' '.join(args)}` failed ({done.returncode}): "
                 f"{(done.stdout + done.stderr).strip()[-2000:]}"
             )
@@ -272,7 +284,7 @@ class Submission:
             args += ["--name", name]
         reply = json.loads(self.flwr(env, *args))
         if not reply.get("success", False):
-            raise RuntimeError(f"registering {public_key} failed: {reply}")
+            raise DeploymentError(f"registering {public_key} failed: {reply}")
         return int(reply["node-id"])
 
     def run(
@@ -285,8 +297,9 @@ class Submission:
         """Submit the Flower App in ``app_dir`` (fedbandit's by default) with ``run_config``, wait
         for the run to finish; its run id.
 
-        Raises ``RuntimeError`` with the end of the ServerApp's log when the run fails, and stops
-        the run (``flwr stop``) when interrupted or past ``run_timeout``. ``done_file``, a file
+        Raises ``DeploymentError`` when the SuperLink refuses the run, and with the end of the
+        ServerApp's log when the run fails; stops the run (``flwr stop``) when interrupted or past
+        ``run_timeout`` (also a ``DeploymentError``). ``done_file``, a file
         the ServerApp writes last, lets a finished run be noticed without polling ``flwr``."""
         env = self.environment()
         config_file = Path(env["FLWR_HOME"]) / f"run-config-{label}.toml"
@@ -304,7 +317,7 @@ class Submission:
             )
         )
         if not reply.get("success", False) or "run-id" not in reply:
-            raise RuntimeError(f"the SuperLink at {self.superlink} refused the run: {reply}")
+            raise DeploymentError(f"the SuperLink at {self.superlink} refused the run: {reply}")
         run_id = int(reply["run-id"])
         deadline = time.monotonic() + self.run_timeout
         try:
@@ -319,14 +332,14 @@ class Submission:
                 if status.startswith("finished"):
                     break
                 if time.monotonic() > deadline:
-                    raise TimeoutError(
+                    raise DeploymentError(
                         f"run {run_id} ({label}) not finished after {self.run_timeout} s; stopped"
                     )
         except BaseException:
             self._stop(env, run_id)
             raise
         if status != "finished:completed":
-            raise RuntimeError(
+            raise DeploymentError(
                 f"run {run_id} ({label}) ended {status!r}; end of its log:\n"
                 f"{self.log_tail(env, run_id)}"
             )
@@ -345,20 +358,20 @@ class Submission:
         )
         runs = reply.get("runs", [])
         if not runs:
-            raise RuntimeError(f"the SuperLink does not know run {run_id}: {reply}")
+            raise DeploymentError(f"the SuperLink does not know run {run_id}: {reply}")
         return str(runs[0]["status"])
 
     def log_tail(self, env: dict[str, str], run_id: int, lines: int = 40) -> str:
         try:
             text = self.flwr(env, "log", str(run_id), CONNECTION, "--show", timeout=60)
-        except (RuntimeError, subprocess.TimeoutExpired) as err:
+        except DeploymentError as err:
             return f"(log unavailable: {err})"
         return "\n".join(text.splitlines()[-lines:])
 
     def _stop(self, env: dict[str, str], run_id: int) -> None:
         try:
             self.flwr(env, "stop", str(run_id), CONNECTION, timeout=60)
-        except (RuntimeError, subprocess.TimeoutExpired) as err:
+        except DeploymentError as err:
             print(f"fedbandit: could not stop run {run_id}: {err}", file=sys.stderr)
 
 
@@ -391,7 +404,7 @@ def run_seed(
         seed_stem(run_dir, algorithm, seed).with_suffix(".json"),
     )
     if seed_status(run_dir, algorithm, seed) is None:
-        raise RuntimeError(
+        raise DeploymentError(
             f"run {run_id} finished but {run_dir} holds no result for {algorithm} seed {seed}: "
             "the ServerApp writes into this path on the SuperLink host; run `fedbandit run` "
             "there or give --out a folder both hosts share"

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from fedbandit.flower.deployment import Submission
 
 #: The echo app submitted with ``flwr run`` in step 2.
-ECHO_APP_DIR = Path(__file__).parent / "flower" / "echo_app"
+ECHO_APP_DIR = Path(__file__).parent.parent / "flower" / "echo_app"
 #: Ports the benchmark may listen on (other tools use 9092, 9500-9510 and 9700-9799).
 PORTS = range(9800, 9900)
 NUM_NODES = 4

@@ -1,4 +1,6 @@
-"""Benchmarks behind ``make bench`` / ``fedbandit bench NAME [--json]``.
+"""Benchmarks behind ``make bench`` / ``fedbandit bench NAME [--json]``: ``BENCHMARKS`` by name
+and ``format_table``; the design solvers' benchmark is in ``fedbandit.bench.design``, the Flower
+deployment's in ``fedbandit.bench.deploy``.
 
 Figures are wall-clock seconds on this machine, measured side by side in one process where a
 ratio is reported; interpreter start-up is excluded. BLAS runs single-threaded, as in every
@@ -36,7 +38,7 @@ print(json.dumps({"M": M, "T": T, "seconds": seconds, "peak_rss_mb": peak,
 
 def bench_design(quick: bool = False) -> dict[str, Any]:
     """Fast design solver against cvxpy + Clarabel on M=100, K=30, d=5 (random active sets)."""
-    from fedbandit.bench_design import bench_design as run
+    from fedbandit.bench.design import bench_design as run
 
     return run(seed=0, repeats=1 if quick else 3)
 
@@ -186,7 +188,7 @@ def bench_linucb(quick: bool = False) -> dict[str, Any]:
 def bench_deploy(quick: bool = False) -> dict[str, Any]:
     """A Flower deployment on loopback (SuperLink + 4 SuperNodes): Fed-PE's wall time and round
     latency, its exchanges against a bare Flower echo app, and node memory at M = 10,000."""
-    from fedbandit.bench_deploy import deploy_benchmark
+    from fedbandit.bench.deploy import deploy_benchmark
 
     return deploy_benchmark(quick=quick)
 
@@ -251,7 +253,7 @@ def format_table(name: str, result: dict[str, Any]) -> str:
         )
         title = f"linucb: K={result['K']}, d={result['d']}, Gaussian contexts"
     elif name == "deploy":
-        from fedbandit.bench_deploy import format_deploy
+        from fedbandit.bench.deploy import format_deploy
 
         title, rows = format_deploy(result)
     else:

@@ -1,0 +1,390 @@
+"""The Flower transport of a federation: ``FlowerGridRuntime`` delivers each round's message to
+the nodes through a Flower ``Grid`` (deadlines, reply checks, lost nodes, restarted nodes), and
+``discover_nodes`` learns which clients each node serves before round 1, checking that the ranges
+cover every client exactly once. The wire format is ``fedbandit.flower.codec``'s."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+from fedbandit.environment import RegretRecord
+from fedbandit.federation import Message as BanditMessage
+from fedbandit.federation.runtime import ClientFailure, Runtime, describe_clients
+from fedbandit.flower.codec import (
+    TIMING_KEY,
+    MalformedReplyError,
+    decode,
+    decode_hello,
+    decode_regret,
+    encode,
+)
+
+if TYPE_CHECKING:
+    from fedbandit.flower.apps import FlowerJob
+
+__all__ = ["FlowerGridRuntime", "discover_nodes"]
+
+
+class FlowerGridRuntime(Runtime):
+    """Delivers each round's message to the nodes through a Flower ``Grid``.
+
+    Every round has a deadline, ``timeout`` seconds after the push. A node is lost as a whole when
+    it answers with an error, stays silent until the deadline, or sends a reply that cannot be
+    trusted: wrong clients, round, dtype kind or non-finite values (the codec); a field it echoes
+    with another shape than was sent; a sparse field its mask does not fit; a field whose dtype or
+    shape differs from the same field in earlier accepted replies of that kind; a structure (kind,
+    fields, dtypes, shapes) that differs from the majority of the round's nodes (a tie that earlier
+    rounds cannot settle rejects every tied node). ``exchange`` then raises ``ClientFailure`` for
+    the lost nodes' clients with the joined replies of the other nodes, so that a rejected reply
+    never reaches the server. Lost nodes are not asked again (nor for their regret records);
+    ``drop`` forgets them. The first reply of a kind from a lone node can only be checked by the
+    codec and against what was sent.
+
+    Replies are matched to the message sent by ``reply_to_message_id``, never by their sender: the
+    error reply Flower makes for a dead node comes from the SuperLink (``src_node_id`` 1).
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        ranges: dict[int, np.ndarray],
+        timeout: float,
+        poll_seconds: float,
+        reconnect_seconds: float = 0.0,
+    ) -> None:
+        self.grid, self.ranges = grid, dict(ranges)
+        self.timeout, self.poll_seconds = timeout, poll_seconds
+        #: How long a round waits for a restarted node (new node id, same clients) to replace a
+        #: silent or failed one; the round is then delivered to it again.
+        self.reconnect_seconds = reconnect_seconds
+        self._strangers: set[int] = set()
+        #: Nodes lost and not (yet) dropped, with the reason.
+        self.lost: dict[int, str] = {}
+        #: Nodes dropped by ``drop``, with their clients.
+        self.dropped: dict[int, np.ndarray] = {}
+        # (reply kind, "fields" or "meta", name) -> (dtype, trailing shape) of accepted replies
+        self._layouts: dict[tuple[str, str, str], tuple[str, tuple[int, ...]]] = {}
+        # request kind -> structures of the replies accepted for it
+        self._structures: dict[str, set[tuple]] = {}
+        #: Per exchange: round, kind, the server's compute since the previous exchange ended
+        #: (aggregate, then configure), seconds from push to the last reply, and the slowest
+        #: node's ClientApp handler seconds (the rest of the exchange is Flower's transport).
+        self.timings: list[dict[str, float | int | str]] = []
+        self._last_end = time.perf_counter()
+
+    def _send(self, messages: list[Message]) -> tuple[dict[int, Message], dict[int, str], set[int]]:
+        """Push, then pull until every node replied or the deadline. Returns the good replies and
+        the error replies' reasons by node, and the nodes silent until the deadline."""
+        if not messages:
+            return {}, {}, set()
+        ids = list(self.grid.push_messages(messages))
+        node_of = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True)}
+        pending: set[str] = set(ids)
+        replies: dict[int, Message] = {}
+        errors: dict[int, str] = {}
+        deadline = time.monotonic() + self.timeout
+        while pending and time.monotonic() < deadline:
+            for reply in self.grid.pull_messages(list(pending)):
+                mid = reply.metadata.reply_to_message_id
+                if mid not in pending:  # a stray or repeated reply: not an answer we wait for
+                    continue
+                pending.discard(mid)
+                if reply.has_error():
+                    errors[node_of[mid]] = (
+                        f"error reply (code {reply.error.code}): {reply.error.reason}"
+                    )
+                else:
+                    replies[node_of[mid]] = reply
+            if pending:
+                time.sleep(self.poll_seconds)
+        return replies, errors, {node_of[mid] for mid in pending}
+
+    def _where(self, node: int) -> str:
+        return f"node {node} (clients {describe_clients(self.ranges[node])})"
+
+    def _failure(self, failures: dict[int, str], partial: BanditMessage | None) -> ClientFailure:
+        """Mark the nodes lost; the exception naming all their clients."""
+        self.lost.update(failures)
+        lost = np.concatenate([self.ranges[node] for node in failures])
+        reasons = {self._where(node): why for node, why in sorted(failures.items())}
+        return ClientFailure(lost, reasons, partial)
+
+    @staticmethod
+    def _layout(reply: BanditMessage) -> dict[tuple[str, str], tuple[str, tuple[int, ...]]]:
+        """(part, name) -> (dtype, shape after the client axis) of every array of a reply."""
+        return {
+            (part, name): (value.dtype.str, tuple(value.shape[1:]))
+            for part, values in (("fields", reply.fields), ("meta", reply.meta))
+            for name, value in values.items()
+        }
+
+    @staticmethod
+    def _show(layout: tuple[str, tuple[int, ...]] | None) -> str:
+        if layout is None:
+            return "absent"
+        return f"{layout[0]} of shape (n{''.join(f', {k}' for k in layout[1])})"
+
+    def _check_reply(self, sent: BanditMessage, reply: BanditMessage) -> None:
+        """Shapes against what was sent and against earlier replies; raise MalformedReplyError."""
+        for name, value in reply.fields.items():
+            if name in sent.fields and value.shape[1:] != sent.fields[name].shape[1:]:
+                raise MalformedReplyError(
+                    f"field {name!r} has shape {value.shape}, was sent as {sent.fields[name].shape}"
+                )
+        for name, mask_name in reply.sparse.items():
+            value, mask = reply.fields[name], reply.fields[mask_name]
+            if mask.dtype != np.bool_ or value.shape[: mask.ndim] != mask.shape:
+                raise MalformedReplyError(
+                    f"sparse field {name!r} of shape {value.shape} does not fit its mask "
+                    f"{mask_name!r} of shape {mask.shape} and dtype {mask.dtype}"
+                )
+        for (part, name), layout in self._layout(reply).items():
+            known = self._layouts.get((reply.kind, part, name))
+            if known is not None and known != layout:
+                raise MalformedReplyError(
+                    f"{part} {name!r} of a {reply.kind!r} reply is {self._show(layout)}; in "
+                    f"earlier replies it was {self._show(known)}"
+                )
+
+    def _outvoted(self, request_kind: str, decoded: dict[int, BanditMessage]) -> dict[int, str]:
+        """The nodes whose reply structure is not the round's accepted one, with the reason; the
+        accepted structure is the one most nodes sent (ties settled by earlier rounds)."""
+        structures = {
+            node: (
+                reply.kind,
+                tuple(sorted(self._layout(reply).items())),
+                tuple(sorted(reply.sparse.items())),
+                tuple(sorted(reply.known)),
+            )
+            for node, reply in decoded.items()
+        }
+        votes: dict[tuple, int] = {}
+        for structure in structures.values():
+            votes[structure] = votes.get(structure, 0) + 1
+        top = max(votes.values(), default=0)
+        leaders = [s for s, count in votes.items() if count == top]
+        if len(leaders) > 1:
+            leaders = [s for s in leaders if s in self._structures.get(request_kind, set())]
+        if len(leaders) != 1:
+            return {
+                node: "its reply's structure (kind, fields, dtypes, shapes) disagrees with "
+                "other nodes' and no majority or earlier round settles which is right"
+                for node in structures
+            }
+        accepted = leaders[0]
+        self._structures.setdefault(request_kind, set()).add(accepted)
+        kind = accepted[0]
+        self._layouts.update({(kind, *key): layout for key, layout in accepted[1]})
+        rejected = {}
+        for node, structure in structures.items():
+            if structure == accepted:
+                continue
+            if structure[0] != kind:
+                why = f"kind {structure[0]!r} (majority: {kind!r})"
+            else:
+                mine, theirs = dict(structure[1]), dict(accepted[1])
+                names = sorted(
+                    k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)
+                )
+                why = ", ".join(
+                    f"{part} {name!r} {self._show(mine.get((part, name)))} "
+                    f"(majority: {self._show(theirs.get((part, name)))})"
+                    for part, name in names
+                ) or (
+                    f"sparse {dict(structure[2])} and known {list(structure[3])} (majority: "
+                    f"{dict(accepted[2])} and {list(accepted[3])})"
+                )
+            rejected[node] = f"malformed reply: {why}"
+        return rejected
+
+    def exchange(self, message: BanditMessage) -> BanditMessage:
+        """The joined replies; raises ``ClientFailure`` when nodes are lost (see the class)."""
+        sent: dict[int, BanditMessage] = {}
+        out, failures = [], {}
+        for node, ids in self.ranges.items():
+            positions = np.flatnonzero(np.isin(message.client_ids, ids))
+            if len(positions) == 0:
+                continue
+            sent[node] = message.select(positions)
+            if node in self.lost:
+                failures[node] = f"lost earlier: {self.lost[node]}"
+            else:
+                out.append(Message(encode(sent[node]), dst_node_id=node, message_type="train.step"))
+        served = np.concatenate([p.client_ids for p in sent.values()] + [np.empty(0, np.int64)])
+        if len(served) != message.num_clients:
+            unserved = np.setdiff1d(message.client_ids, served)
+            raise ValueError(
+                f"round {message.round} addresses clients no node serves (or dropped ones): "
+                f"{describe_clients(unserved)}"
+            )
+        started = time.perf_counter()
+        replies, errors, silent = self._send(out)
+        handler = [
+            float(r.content.metric_records[TIMING_KEY]["handler-s"])
+            for r in replies.values()
+            if TIMING_KEY in r.content.metric_records
+        ]
+        self.timings.append(
+            {
+                "round": message.round,
+                "kind": message.kind,
+                "server_s": started - self._last_end,
+                "exchange_s": time.perf_counter() - started,
+                "client_s": max(handler, default=float("nan")),
+            }
+        )
+        self._last_end = time.perf_counter()
+        failures.update(errors)
+        failures.update({node: f"no reply within {self.timeout:g} s" for node in silent})
+        decoded = {}
+        for node, reply in replies.items():
+            try:
+                part = decode(reply.content, sent[node].client_ids, message.round)
+                self._check_reply(sent[node], part)
+            except MalformedReplyError as err:
+                failures[node] = f"malformed reply: {err}"
+            else:
+                decoded[node] = part
+        failures.update(self._outvoted(message.kind, decoded))
+        unreachable = [n for n in failures if n in errors or n in silent]
+        if unreachable and self.reconnect_seconds > 0:
+            self._reconnect(unreachable, sent, message, failures, decoded)
+        parts = [decoded[node] for node in sorted(decoded) if node not in failures]
+        if failures:
+            raise self._failure(failures, BanditMessage.concatenate(parts) if parts else None)
+        return BanditMessage.concatenate(parts)
+
+    def _reconnect(
+        self,
+        unreachable: list[int],
+        sent: dict[int, BanditMessage],
+        message: BanditMessage,
+        failures: dict[int, str],
+        decoded: dict[int, BanditMessage],
+    ) -> None:
+        """Wait up to ``reconnect_seconds`` for new nodes serving exactly the clients of the
+        ``unreachable`` ones (restarted SuperNodes), move those clients to them and deliver the
+        round again; updates ``failures`` and ``decoded`` in place."""
+        waiting = {node: self.ranges[node] for node in unreachable}
+        deadline = time.monotonic() + self.reconnect_seconds
+        while waiting and time.monotonic() < deadline:
+            known = set(self.ranges) | set(self.dropped) | self._strangers
+            new = [n for n in self.grid.get_node_ids() if n not in known]
+            hello = [
+                Message(RecordDict({}), dst_node_id=n, message_type="query.hello") for n in new
+            ]
+            replies, _, _ = self._send(hello)
+            for node, reply in replies.items():
+                try:
+                    ids = decode_hello(reply.content)
+                except MalformedReplyError:
+                    ids = np.empty(0, np.int64)
+                old = next((o for o, r in waiting.items() if np.array_equal(r, ids)), None)
+                if old is None:
+                    self._strangers.add(node)
+                    continue
+                del waiting[old]
+                self.ranges[node] = self.ranges.pop(old)
+                self.lost.pop(old, None)
+                sent[node] = sent.pop(old)
+                reason = failures.pop(old)
+                again = Message(encode(sent[node]), dst_node_id=node, message_type="train.step")
+                answers, errors, _ = self._send([again])
+                try:
+                    if node not in answers:
+                        raise MalformedReplyError(errors.get(node, "no reply"))
+                    part = decode(answers[node].content, sent[node].client_ids, message.round)
+                    self._check_reply(sent[node], part)
+                except MalformedReplyError as err:
+                    failures[node] = f"{reason}; its replacement failed too: {err}"
+                else:
+                    decoded[node] = part
+            if waiting:
+                time.sleep(0.5)
+
+    def regret_records(self) -> list[RegretRecord]:
+        """The records of the nodes still reachable; nodes that fail now are lost (ClientFailure):
+        the next call leaves them out."""
+        messages = [
+            Message(RecordDict({}), dst_node_id=node, message_type="query.regret")
+            for node in self.ranges
+            if node not in self.lost
+        ]
+        replies, failures, silent = self._send(messages)
+        failures.update({node: f"no reply within {self.timeout:g} s" for node in silent})
+        records: dict[int, RegretRecord] = {}
+        for node, reply in sorted(replies.items()):
+            try:
+                records[node] = decode_regret(reply.content, self.ranges[node])
+            except MalformedReplyError as err:
+                failures[node] = f"malformed regret record: {err}"
+        horizons = [(r.increment_diff.shape, r.scale) for r in records.values()]
+        common = max(set(horizons), key=horizons.count, default=None)
+        for node, record in records.items():
+            if (record.increment_diff.shape, record.scale) != common:
+                failures[node] = "regret record of another horizon or scale than the other nodes'"
+        if failures:
+            raise self._failure(failures, None)
+        return list(records.values())
+
+    def drop(self, client_ids: np.ndarray) -> None:
+        """Forget the nodes serving ``client_ids``: a node is dropped as a whole."""
+        ids = np.unique(np.asarray(client_ids, dtype=np.int64))
+        nodes = [node for node, served in self.ranges.items() if np.isin(served, ids).any()]
+        for node in nodes:
+            if not np.isin(self.ranges[node], ids).all():
+                raise ValueError(
+                    f"node {node} serves clients {describe_clients(self.ranges[node])}: a node is "
+                    f"dropped as a whole, not for clients {describe_clients(ids)} only"
+                )
+        covered = np.concatenate([self.ranges[n] for n in nodes] + [np.empty(0, np.int64)])
+        if len(unknown := np.setdiff1d(ids, covered)):
+            raise ValueError(
+                f"cannot drop clients {describe_clients(unknown)}: no node serves them"
+            )
+        for node in nodes:
+            self.dropped[node] = self.ranges.pop(node)
+            self.lost.pop(node, None)
+
+
+def discover_nodes(grid: Grid, job: FlowerJob, num_clients: int) -> dict[int, np.ndarray]:
+    """Wait (with a deadline) until nodes cover every client exactly once; their ranges. A node
+    that fails to answer its hello stops the discovery, by name."""
+    deadline = time.monotonic() + job.start_deadline
+    ranges: dict[int, np.ndarray] = {}
+    counts = np.zeros(num_clients, dtype=np.int64)
+    runtime = FlowerGridRuntime(grid, {}, job.round_timeout, job.poll_seconds)
+    while time.monotonic() < deadline:
+        new = [n for n in grid.get_node_ids() if n not in ranges]
+        if new:
+            hello = [
+                Message(RecordDict({}), dst_node_id=n, message_type="query.hello") for n in new
+            ]
+            replies, errors, silent = runtime._send(hello)
+            if errors:
+                node, why = min(errors.items())
+                raise RuntimeError(f"node {node} failed: {why}")
+            if silent:
+                raise TimeoutError(
+                    f"no reply within {job.round_timeout} s from nodes {sorted(silent)}"
+                )
+            for node, reply in replies.items():
+                try:
+                    ranges[node] = decode_hello(reply.content)
+                except MalformedReplyError:
+                    raise RuntimeError(f"node {node} sent a malformed hello reply") from None
+        counts = np.bincount(
+            np.concatenate([*ranges.values(), np.empty(0, np.int64)]), minlength=num_clients
+        )
+        if np.any(counts > 1):
+            raise RuntimeError(f"clients served by two nodes: {np.flatnonzero(counts > 1)}")
+        if np.all(counts == 1):
+            return ranges
+        time.sleep(0.2)
+    missing = np.flatnonzero(counts == 0)
+    raise TimeoutError(f"after {job.start_deadline} s no node serves clients {missing.tolist()}")

@@ -1,0 +1,112 @@
+"""The run boundary: one frozen, validated description of what to run and where.
+
+A ``RunSpec`` (experiment, algorithm, seed, runtime and its options) is what the command line,
+the Python API, the process pool and both Flower runtimes pass around. Its ``RuntimeOptions`` are
+recorded in ``manifest.json`` and compared when a results folder is resumed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fedbandit.config import ExperimentConfig
+from fedbandit.errors import ConfigError
+from fedbandit.rng import run_entropy
+
+
+class RuntimeOptions(BaseModel):
+    """How a run is executed. Only ``runtime`` and the options that change what is computed
+    (``nodes``, ``on_client_failure``) are compared when a folder is resumed; timeouts and the
+    SuperLink address may change between attempts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runtime: str = Field("local", description="a name registered in fedbandit.runner.RUNTIMES")
+    nodes: int | None = Field(None, ge=1, description="virtual SuperNodes of flower-sim")
+    on_client_failure: Literal["abort", "drop"] = "abort"
+    round_timeout: float = Field(120.0, gt=0, description="seconds a round waits for replies")
+    start_deadline: float = Field(120.0, gt=0, description="seconds to wait for the nodes")
+    reconnect_timeout: float = Field(0.0, ge=0, description="seconds to wait for a restarted node")
+    run_timeout: float = Field(3600.0, gt=0, description="seconds per seed on a deployment")
+    superlink: str | None = Field(None, description="HOST:PORT of a deployment's SuperLink")
+    insecure: bool = Field(False, description="plain HTTP to the SuperLink (loopback only)")
+    root_certificates: Path | None = Field(None, description="CA certificate of the SuperLink")
+
+    @model_validator(mode="after")
+    def _check(self) -> RuntimeOptions:
+        from fedbandit.runner import RUNTIMES
+
+        if self.runtime not in RUNTIMES:
+            raise ValueError(
+                f"unknown runtime {self.runtime!r}; known runtimes: {', '.join(RUNTIMES)}"
+            )
+        if self.runtime == "flower":
+            if not self.superlink:
+                raise ValueError("runtime 'flower' needs superlink HOST:PORT (--superlink)")
+            if self.insecure == (self.root_certificates is not None):
+                raise ValueError(
+                    "runtime 'flower': give root_certificates (TLS, --root-certificates CA.crt) "
+                    "or insecure (--insecure, loopback)"
+                )
+        elif self.superlink:
+            raise ValueError("superlink (--superlink) needs runtime 'flower'")
+        if self.nodes is not None and self.runtime != "flower-sim":
+            raise ValueError("nodes (--nodes) applies to runtime 'flower-sim' only")
+        return self
+
+    def job_options(self) -> dict[str, Any]:
+        """The options a Flower job carries (``FlowerJob`` fields)."""
+        return {
+            "round_timeout": self.round_timeout,
+            "start_deadline": self.start_deadline,
+            "on_client_failure": self.on_client_failure,
+            "reconnect_seconds": self.reconnect_timeout,
+        }
+
+    def identity(self) -> dict[str, Any]:
+        """The options that change results: compared when a results folder is resumed."""
+        return {
+            "runtime": self.runtime,
+            "nodes": self.nodes,
+            "on_client_failure": self.on_client_failure,
+        }
+
+    @staticmethod
+    def of(**values: Any) -> RuntimeOptions:
+        """Validated options; a wrong value is a ``ConfigError`` naming the option."""
+        from pydantic import ValidationError
+
+        from fedbandit.config import describe_validation
+
+        try:
+            return RuntimeOptions(**values)
+        except ValidationError as err:
+            raise ConfigError(f"runtime options: {describe_validation(err)}") from None
+
+
+class RunSpec(BaseModel):
+    """One (experiment, algorithm, seed) on a runtime. ``seed`` is the seed index: the reward
+    streams come from ``entropy = [experiment.base_seed, seed]`` (``fedbandit.rng``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    experiment: ExperimentConfig
+    algorithm: str
+    seed: int = Field(ge=0)
+    options: RuntimeOptions = Field(default_factory=lambda: RuntimeOptions())
+
+    @model_validator(mode="after")
+    def _check(self) -> RunSpec:
+        if self.algorithm not in self.experiment.algorithms:
+            raise ValueError(
+                f"algorithm {self.algorithm!r} is not in the experiment's algorithms "
+                f"{self.experiment.algorithms}"
+            )
+        return self
+
+    @property
+    def entropy(self) -> list[int]:
+        return run_entropy(self.experiment.base_seed, self.seed)
