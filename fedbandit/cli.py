@@ -66,8 +66,9 @@ def _type_name(annotation: object) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from fedbandit.api import run
     from fedbandit.results import read_json
-    from fedbandit.runner import default_out_dir, run_experiment, summary_table
+    from fedbandit.runner import default_out_dir, summary_table
     from fedbandit.runspec import RuntimeOptions
 
     overrides = list(args.set or [])
@@ -88,18 +89,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     args.out = args.out or default_out_dir(config)
     print(f"results folder: {args.out}", flush=True)
-    run_dir = run_experiment(
+    results = run(
         config,
-        out_dir=args.out,
+        algorithms=args.algorithms.split(",") if args.algorithms else None,
+        runtime=options,
+        out=args.out,
         workers=args.workers,
         progress=not args.quiet,
-        options=options,
-        algorithms=args.algorithms.split(",") if args.algorithms else None,
     )
+    run_dir = Path(args.out)
     print(summary_table(read_json(run_dir / "summary.json")))
     print(f"results: {run_dir}")
     print(f"plots:   {run_dir / 'plots' / 'regret.png'}, {run_dir / 'plots' / 'communication.png'}")
-    manifest = read_json(run_dir / "manifest.json")
+    manifest = results.manifest
     for seed, reason in manifest.get("aborted_seeds", {}).items():
         print(f"fedbandit: {seed} aborted (results so far kept): {reason}", file=sys.stderr)
     for seed, dropped in manifest.get("dropped_clients", {}).items():
@@ -272,7 +274,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedbandit.runner import RUNTIMES
+    from fedbandit.bench import BENCHMARKS
+    from fedbandit.federation.runtime import FAILURE_POLICIES
+    from fedbandit.runtimes import RUNTIMES
 
     parser = argparse.ArgumentParser(prog="fedbandit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -315,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--insecure", action="store_true", help="plain HTTP to the SuperLink")
     run.add_argument(
         "--on-client-failure",
-        choices=["abort", "drop"],
+        choices=list(FAILURE_POLICIES),
         default="abort",
         help="a lost node stops the seed (abort) or its clients leave the run (drop)",
     )
@@ -346,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(func=_cmd_plot)
 
     bench = sub.add_parser("bench", help="benchmarks: design, fedpe, scale, linucb, or all")
-    bench.add_argument("name", choices=["all", "design", "fedpe", "scale", "linucb", "deploy"])
+    bench.add_argument("name", choices=["all", *BENCHMARKS])
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     bench.set_defaults(func=_cmd_bench)

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -40,94 +37,11 @@ from fedbandit.results import (
     summarize,
 )
 from fedbandit.runspec import RunSpec, RuntimeOptions
-from fedbandit.simulation import SeedResult, simulate
+from fedbandit.runtimes import RUNTIMES, RuntimeEntry
+from fedbandit.simulation import SeedResult
 from fedbandit.threads import single_threaded_blas
 
 RESULTS_ROOT = Path("results")
-
-
-@dataclass(frozen=True)
-class RuntimeEntry:
-    """A registered runtime: how one seed of a ``RunSpec`` runs and leaves its files in the run
-    folder. ``parallel`` runtimes may run seeds in worker processes; the others (Flower's) do
-    their parallel work on nodes and run seeds one after another."""
-
-    name: str
-    description: str
-    run_seed: Callable[[RunSpec, Path], float]
-    parallel: bool
-
-
-def _run_local(spec: RunSpec, run_dir: Path) -> float:
-    config = spec.experiment
-    result = simulate(
-        build_instance(config.instance),
-        spec.algorithm,
-        config.horizon,
-        spec.entropy,
-        config.hyperparameters(spec.algorithm),
-        config.group_size,
-    )
-    write_seed_result(config, run_dir, spec.seed, result)
-    return result.seconds
-
-
-def _run_flower_sim(spec: RunSpec, run_dir: Path) -> float:
-    from fedbandit.flower.simulation import simulate_flower
-
-    result = simulate_flower(
-        config_dict(spec.experiment),
-        spec.algorithm,
-        spec.entropy,
-        spec.options.nodes,
-        job_options=spec.options.job_options(),
-    )
-    write_seed_result(spec.experiment, run_dir, spec.seed, result)
-    return result.seconds
-
-
-def _run_flower(spec: RunSpec, run_dir: Path) -> float:
-    """One Flower run on the deployment's SuperLink; its ServerApp writes the seed's files."""
-    from fedbandit.flower.deployment import Submission, run_seed
-
-    options = spec.options
-    assert options.superlink is not None  # RuntimeOptions checks it
-    submission = Submission(
-        superlink=options.superlink,
-        state_dir=Path(run_dir).resolve() / "flower",
-        insecure=options.insecure,
-        root_certificates=options.root_certificates,
-        run_timeout=options.run_timeout,
-    )
-    started = time.perf_counter()
-    run_seed(
-        submission,
-        config_dict(spec.experiment),
-        spec.algorithm,
-        spec.seed,
-        spec.entropy,
-        Path(run_dir),
-        options.job_options(),
-    )
-    return time.perf_counter() - started
-
-
-#: Every runtime by name; the command line's ``--runtime`` choices come from here.
-RUNTIMES: dict[str, RuntimeEntry] = {
-    entry.name: entry
-    for entry in (
-        RuntimeEntry("local", "in-process, seeds in parallel worker processes", _run_local, True),
-        RuntimeEntry(
-            "flower-sim",
-            "Flower's simulation runtime (Ray), virtual SuperNodes",
-            _run_flower_sim,
-            False,
-        ),
-        RuntimeEntry(
-            "flower", "a Flower deployment: SuperLink and SuperNodes on hosts", _run_flower, False
-        ),
-    )
-}
 
 
 def default_out_dir(config: ExperimentConfig) -> Path:
@@ -143,6 +57,9 @@ def run_task(spec: RunSpec, run_dir: str) -> float:
     """Run one (algorithm, seed) on its runtime and write its files; returns its seconds."""
     single_threaded_blas()
     return RUNTIMES[spec.options.runtime].run_seed(spec, Path(run_dir))
+
+
+__all__ = ["RUNTIMES", "RuntimeEntry", "run_experiment", "run_task", "write_seed_result"]
 
 
 def write_seed_result(

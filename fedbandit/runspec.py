@@ -24,9 +24,11 @@ class RuntimeOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    runtime: str = Field("local", description="a name registered in fedbandit.runner.RUNTIMES")
+    runtime: str = Field("local", description="a name registered in fedbandit.runtimes.RUNTIMES")
     nodes: int | None = Field(None, ge=1, description="virtual SuperNodes of flower-sim")
-    on_client_failure: Literal["abort", "drop"] = "abort"
+    on_client_failure: Literal["abort", "drop"] = Field(
+        "abort", description="a lost node stops the seed (abort) or its clients leave (drop)"
+    )
     round_timeout: float = Field(120.0, gt=0, description="seconds a round waits for replies")
     start_deadline: float = Field(120.0, gt=0, description="seconds to wait for the nodes")
     reconnect_timeout: float = Field(0.0, ge=0, description="seconds to wait for a restarted node")
@@ -37,7 +39,7 @@ class RuntimeOptions(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RuntimeOptions:
-        from fedbandit.runner import RUNTIMES
+        from fedbandit.runtimes import RUNTIMES
 
         if self.runtime not in RUNTIMES:
             raise ValueError(
@@ -56,15 +58,6 @@ class RuntimeOptions(BaseModel):
         if self.nodes is not None and self.runtime != "flower-sim":
             raise ValueError("nodes (--nodes) applies to runtime 'flower-sim' only")
         return self
-
-    def job_options(self) -> dict[str, Any]:
-        """The options a Flower job carries (``FlowerJob`` fields)."""
-        return {
-            "round_timeout": self.round_timeout,
-            "start_deadline": self.start_deadline,
-            "on_client_failure": self.on_client_failure,
-            "reconnect_seconds": self.reconnect_timeout,
-        }
 
     def identity(self) -> dict[str, Any]:
         """The options that change results: compared when a results folder is resumed."""

@@ -19,7 +19,7 @@ from fedbandit.flower.deployment import (
     supernode_command,
     write_connection,
 )
-from fedbandit.runner import config_dict
+from fedbandit.runspec import RunSpec, RuntimeOptions
 
 
 def test_client_ranges_and_addresses_parse_or_name_the_problem():
@@ -86,12 +86,20 @@ def test_connection_file_for_tls_and_insecure(tmp_path):
 
 
 def test_job_survives_the_run_config():
-    config = config_dict(load_experiment("fedpe_tiny"))
-    job = FlowerJob(config, "fedpe", (1, 2), 0, round_timeout=9.0, on_client_failure="drop")
+    options = RuntimeOptions(
+        runtime="flower", superlink="h:9092", insecure=True, round_timeout=9.0,
+        on_client_failure="drop",
+    )  # fmt: skip
+    spec = RunSpec(experiment=load_experiment("fedpe_tiny"), algorithm="fedpe", seed=2,
+                   options=options)  # fmt: skip
+    job = FlowerJob(spec, num_nodes=0, poll_seconds=0.05)
     back = job_from_json(job_to_json(job))
-    assert back == job
+    assert back == job and back.entropy == [0, 2] and back.round_timeout == 9.0
     with pytest.raises(ValueError, match="unknown job keys"):
-        job_from_json('{"config": {}, "colour": 1}')
+        job_from_json('{"spec": {}, "colour": 1}')
+    broken = job_to_json(job).replace('"fedpe"', '"fedpe_from_elsewhere"')
+    with pytest.raises(ValueError, match=r"does not validate on this host.*fedpe_from_elsewhere"):
+        job_from_json(broken)
     with pytest.raises(ValueError, match="no 'job'"):
         job_from_json("")
 

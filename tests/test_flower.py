@@ -12,7 +12,7 @@ from fedbandit.config import load_experiment
 from fedbandit.federation.messages import Message, broadcast
 from fedbandit.flower.codec import MalformedReplyError, decode, encode
 from fedbandit.rng import run_entropy
-from fedbandit.runner import config_dict
+from fedbandit.runspec import RunSpec, RuntimeOptions
 from fedbandit.simulation import simulate
 
 
@@ -90,7 +90,13 @@ def test_contextual_protocol_gives_the_same_results_on_flower_sim():
 
     config = load_experiment("contextual_tiny", ["horizon=40", "seeds=1"])
     entropy = run_entropy(config.base_seed, 0)
-    flower = simulate_flower(config_dict(config), "dislinucb", entropy, num_nodes=2)
+    spec = RunSpec(
+        experiment=config,
+        algorithm="dislinucb",
+        seed=0,
+        options=RuntimeOptions(runtime="flower-sim", nodes=2),
+    )
+    flower = simulate_flower(spec)
     local = simulate(build_instance(config.instance), "dislinucb", 40, entropy)
     np.testing.assert_array_equal(flower.regret.increment_diff, local.regret.increment_diff)
     np.testing.assert_array_equal(flower.regret.client_regret, local.regret.client_regret)

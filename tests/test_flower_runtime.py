@@ -8,15 +8,28 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDict
 
+from fedbandit.config import load_experiment
 from fedbandit.federation.messages import Message as BanditMessage
 from fedbandit.federation.runtime import ClientFailure, run_federation
 from fedbandit.flower.apps import FlowerJob
 from fedbandit.flower.codec import decode, encode
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
+from fedbandit.runspec import RunSpec, RuntimeOptions
 from fedbandit.simulation import build_federation, simulate
 
 INSTANCE = paper_synthetic(PaperSyntheticParams(num_clients=6, num_arms=3, dim=2, seed=3))
+
+
+def job_with(**options) -> FlowerJob:
+    """A job with these runtime options (discovery reads only its deadlines and poll)."""
+    spec = RunSpec(
+        experiment=load_experiment("fedpe_tiny"),
+        algorithm="fedpe",
+        seed=0,
+        options=RuntimeOptions(runtime="flower-sim", **options),
+    )
+    return FlowerJob(spec, num_nodes=2, poll_seconds=0.001)
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +97,7 @@ def test_protocol_over_flower_messages_matches_the_in_process_run():
     for node, ids in ((11, [0, 1, 2]), (12, [3]), (13, [4, 5])):
         nodes[node], logics[node] = client_node(ids)
     grid = FakeGrid(nodes)
-    ranges = discover_nodes(grid, FlowerJob({}, "fedpe", (0, 0), 3, start_deadline=5), 6)
+    ranges = discover_nodes(grid, job_with(start_deadline=5), 6)
     assert {k: v.tolist() for k, v in ranges.items()} == {11: [0, 1, 2], 12: [3], 13: [4, 5]}
 
     class Runtime(FlowerGridRuntime):
@@ -348,7 +361,7 @@ def test_drop_removes_whole_nodes_only():
 def test_discovery_refuses_overlaps_and_names_missing_clients():
     a, _ = client_node([0, 1, 2])
     b, _ = client_node([2, 3])
-    job = FlowerJob({}, "fedpe", (0, 0), 2, start_deadline=0.5)
+    job = job_with(start_deadline=0.5)
     with pytest.raises(RuntimeError, match=r"served by two nodes: \[2\]"):
         discover_nodes(FakeGrid({1: a, 2: b}), job, 6)
     with pytest.raises(TimeoutError, match=r"no node serves clients \[3, 4, 5\]"):

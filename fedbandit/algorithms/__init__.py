@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from fedbandit.algorithms.base import (
     AlgorithmSpec,
     Hyperparameters,
     NoCommunicationServer,
     ProblemSpec,
+    environment_of,
 )
 from fedbandit.algorithms.federated_linucb import (
     AsyncLinUCBClient,
@@ -32,26 +36,37 @@ from fedbandit.algorithms.phased_elimination import (
     PhasedEliminationServer,
     Variant,
 )
+from fedbandit.contextual.environment import ContextualEnvironment
+from fedbandit.contextual.ridge import DeltaSchedule, RadiusRule
+from fedbandit.environment import BanditEnvironment
+
+P = TypeVar("P", bound=Hyperparameters)
 
 
-def _phased(name: str, description: str, variant: Variant) -> AlgorithmSpec:
+def _phased(name: str, description: str, variant: Variant) -> AlgorithmSpec[Any]:
     return AlgorithmSpec(
         name=name,
         description=description,
         params=PhasedEliminationParams,
         make_server=lambda spec, params: PhasedEliminationServer(spec, params, variant),
-        make_client=lambda spec, params, env: PhasedEliminationClient(spec, params, variant, env),
+        make_client=lambda spec, params, env: PhasedEliminationClient(
+            spec, params, variant, environment_of(env, BanditEnvironment)
+        ),
         needs_shared_parameter=variant.shared,
     )
 
 
-def _local(name: str, description: str, rule: str, schedule: str) -> AlgorithmSpec:
+def _local(
+    name: str, description: str, rule: RadiusRule, schedule: DeltaSchedule
+) -> AlgorithmSpec[Any]:
     return AlgorithmSpec(
         name=name,
         description=description,
         params=RidgeParams,
         make_server=lambda spec, params: NoCommunicationServer(spec),
-        make_client=lambda spec, params, env: LocalRidgeClient(spec, params, rule, schedule, env),
+        make_client=lambda spec, params, env: LocalRidgeClient(
+            spec, params, rule, schedule, environment_of(env, ContextualEnvironment)
+        ),
         contextual=True,
     )
 
@@ -59,22 +74,24 @@ def _local(name: str, description: str, rule: str, schedule: str) -> AlgorithmSp
 def _federated(
     name: str,
     description: str,
-    params: type[Hyperparameters],
-    server: type[FederatedRidgeServerBase],
-    client: type[FederatedRidgeClientBase],
-) -> AlgorithmSpec:
+    params: type[P],
+    server: Callable[[ProblemSpec, P], FederatedRidgeServerBase],
+    client: Callable[[ProblemSpec, P, ContextualEnvironment], FederatedRidgeClientBase],
+) -> AlgorithmSpec[Any]:
     return AlgorithmSpec(
         name=name,
         description=description,
         params=params,
         make_server=lambda spec, p: server(spec, p),
-        make_client=lambda spec, p, env: client(spec, p, env),
+        make_client=lambda spec, p, env: client(
+            spec, p, environment_of(env, ContextualEnvironment)
+        ),
         contextual=True,
     )
 
 
 #: fedbandit's own algorithms; ``fedbandit.registry.algorithms()`` adds the plugins'.
-BUILTIN_ALGORITHMS: dict[str, AlgorithmSpec] = {
+BUILTIN_ALGORITHMS: dict[str, AlgorithmSpec[Any]] = {
     spec.name: spec
     for spec in (
         _phased(
@@ -102,7 +119,9 @@ BUILTIN_ALGORITHMS: dict[str, AlgorithmSpec] = {
             description="Every client runs UCB on its own arms (no communication)",
             params=LocalUCBParams,
             make_server=lambda spec, params: NoCommunicationServer(spec),
-            make_client=lambda spec, params, env: LocalUCBClient(spec, params, env),
+            make_client=lambda spec, params, env: LocalUCBClient(
+                spec, params, environment_of(env, BanditEnvironment)
+            ),
         ),
         _local(
             "linucb_d",
@@ -158,7 +177,7 @@ BUILTIN_ALGORITHMS: dict[str, AlgorithmSpec] = {
 ALGORITHMS = BUILTIN_ALGORITHMS
 
 
-def get_algorithm(name: str) -> AlgorithmSpec:
+def get_algorithm(name: str) -> AlgorithmSpec[Any]:
     """The registered algorithm ``name``, built in or a plugin's (``fedbandit.registry``)."""
     from fedbandit.registry import algorithms
 

@@ -93,7 +93,7 @@ class FederatedRidgeClientBase(ClientLogic):
     env: ContextualEnvironment
 
     def __init__(self, spec: ProblemSpec, params: RidgeParams, env: ContextualEnvironment) -> None:
-        super().__init__(env)  # type: ignore[arg-type]
+        super().__init__(env)
         self.spec, self.params = spec, params
         n = env.num_clients
         self.policy = RidgePolicy(spec, params, "self_normalized", "constant", n)

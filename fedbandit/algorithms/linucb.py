@@ -133,7 +133,7 @@ class LocalRidgeClient(ClientLogic):
         schedule: DeltaSchedule,
         env: ContextualEnvironment,
     ) -> None:
-        super().__init__(env)  # type: ignore[arg-type]
+        super().__init__(env)
         self.policy = RidgePolicy(spec, params, rule, schedule, env.num_clients)
 
     def handle(self, message: Message) -> Message:

@@ -25,6 +25,8 @@ class LocalUCBParams(Hyperparameters):
 class LocalUCBClient(ClientLogic):
     """Runs the whole horizon on receipt of ``start``, vectorised across the group's clients."""
 
+    env: BanditEnvironment
+
     def __init__(self, spec: ProblemSpec, params: LocalUCBParams, env: BanditEnvironment):
         super().__init__(env)
         self.sigma = params.noise_sigma if params.noise_sigma is not None else spec.noise_sigma

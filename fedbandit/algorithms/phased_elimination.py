@@ -256,6 +256,8 @@ class PhasedEliminationClient(ClientLogic):
 
     STATE = ("active", "explored_phase", "min_sq_norm", "sum_scores", "sum_widths", "total_length")
 
+    env: BanditEnvironment
+
     def __init__(
         self,
         spec: ProblemSpec,

@@ -204,6 +204,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
 
 def format_table(name: str, result: dict[str, Any]) -> str:
     """A small plain-text table for one benchmark's figures."""
+    rows: list[tuple[str, ...]]
     if name == "design":
         rows = [
             ("solver", "seconds", "certificate G/D-1"),

@@ -648,7 +648,7 @@ def format_deploy(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
     part4 = "4 part 1, SuperLink --in-memory"
     in_memory = result["in_memory"]
     per_node = " ".join(f"{mb:.0f}" for mb in memory["peak_rss_mb_per_node"])
-    rows = [
+    rows: list[tuple[str, ...]] = [
         ("part", "measure", "value", "target"),
         (part1, "wall time of `fedbandit run`", f"{fedpe['wall_s']:.1f} s",
          f"<= {fedpe['target_wall_s']:.0f} s"),

@@ -9,11 +9,15 @@ same fixed-point grid as ``fedbandit.environment`` (integer-valued floats: order
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedbandit.contextual.instances import ContextualInstance
 from fedbandit.environment import GroupEnvironment, RegretRecord
+
+if TYPE_CHECKING:
+    from fedbandit.datasets.contextual import TabularContextualInstance
 
 #: Rounds drawn per refill (part of the stream layout: changing it changes results).
 CHUNK = 1024
@@ -28,7 +32,7 @@ class ContextualEnvironment(GroupEnvironment):
 
     def __init__(
         self,
-        instance: ContextualInstance,
+        instance: ContextualInstance | TabularContextualInstance,
         client_ids: np.ndarray | Sequence[int],
         horizon: int,
         entropy: int | Sequence[int],
@@ -40,7 +44,8 @@ class ContextualEnvironment(GroupEnvironment):
         self._pos = CHUNK
         self._offsets = np.arange(self.num_clients) * instance.num_arms
         self._all_active = instance.params.participation == 1.0
-        self._contexts = self._means = self._noise = self._active = np.empty(0)
+        self._contexts = self._means = self._noise = np.empty(0)
+        self._active = np.empty(0, dtype=bool)
 
     @property
     def num_arms(self) -> int:

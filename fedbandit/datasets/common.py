@@ -39,7 +39,7 @@ def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
+            np.savez(fh, allow_pickle=False, **arrays)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -56,7 +56,7 @@ from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
 if TYPE_CHECKING:
     from fedbandit.environment import GroupEnvironment
 
-KIND = "classification_contextual"
+KIND: Literal["classification_contextual"] = "classification_contextual"
 
 
 class ClassificationContextualParams(BaseModel):

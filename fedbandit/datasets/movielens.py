@@ -148,14 +148,14 @@ def read_ratings(path: str | Path) -> Ratings:
     users = np.empty(n, dtype=np.int64)
     items = np.empty(n, dtype=np.int64)
     ratings = np.empty(n, dtype=np.float64)
-    for row, line in enumerate(lines):
+    for row, text in enumerate(lines):
         number = row + 1
 
-        def fail(problem: str, number: int = number, line: str = line) -> DatasetError:
+        def fail(problem: str, number: int = number, text: str = text) -> DatasetError:
             hint = truncated_hint if number == n else ""
-            return DatasetError(f"{file}, line {number}: {problem}{hint}: {line[:80]!r}")
+            return DatasetError(f"{file}, line {number}: {problem}{hint}: {text[:80]!r}")
 
-        fields = line.rstrip("\r").split("\t")
+        fields = text.rstrip("\r").split("\t")
         if len(fields) != 4:
             raise fail(f"expected 4 tab-separated fields ({FIELDS}), found {len(fields)}")
         for position, (label, bound) in enumerate((("user", max_user), ("item", max_item))):

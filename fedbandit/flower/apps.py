@@ -12,7 +12,6 @@ exactly once) and runs ``run_federation`` over a ``FlowerGridRuntime``
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -26,6 +25,7 @@ from flwr.app import Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from fedbandit.config import ExperimentConfig
 from fedbandit.federation.protocol import ClientLogic
 from fedbandit.federation.runtime import FederationResult, run_federation
 from fedbandit.flower.codec import (
@@ -38,6 +38,8 @@ from fedbandit.flower.codec import (
     encode_state,
 )
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
+from fedbandit.instances import Instance
+from fedbandit.runspec import RunSpec
 
 __all__ = [
     "FlowerGridRuntime",  # re-exported from fedbandit.flower.grid_runtime
@@ -55,48 +57,95 @@ __all__ = [
 
 @dataclass(frozen=True)
 class FlowerJob:
-    """Everything a node needs to rebuild its client group: the validated experiment config (as
-    plain data), the algorithm, the reward entropy, and the number of nodes."""
+    """What the ServerApp and every node share: the run's ``RunSpec`` (experiment, algorithm,
+    seed, runtime options), the number of nodes and the server's poll interval. In a deployment
+    it travels as JSON in the run config (key ``job``) and each node validates it again, with the
+    algorithms and instance kinds registered where it runs (plugins included)."""
 
-    config: dict[str, Any]
-    algorithm: str
-    entropy: tuple[int, ...]
+    spec: RunSpec
     num_nodes: int
-    round_timeout: float = 120.0
-    start_deadline: float = 120.0
     poll_seconds: float = 0.01
-    on_client_failure: str = "abort"
-    reconnect_seconds: float = 0.0
     results: list[FederationResult] = field(default_factory=list, compare=False)
     #: Per-exchange latency of the last run (see ``FlowerGridRuntime.timings``).
     timings: list[dict[str, Any]] = field(default_factory=list, compare=False)
 
+    @property
+    def config(self) -> ExperimentConfig:
+        return self.spec.experiment
+
+    @property
+    def algorithm(self) -> str:
+        return self.spec.algorithm
+
+    @property
+    def entropy(self) -> list[int]:
+        return self.spec.entropy
+
+    @property
+    def round_timeout(self) -> float:
+        return self.spec.options.round_timeout
+
+    @property
+    def start_deadline(self) -> float:
+        return self.spec.options.start_deadline
+
+    @property
+    def reconnect_seconds(self) -> float:
+        return self.spec.options.reconnect_timeout
+
+    @property
+    def on_client_failure(self) -> str:
+        return self.spec.options.on_client_failure
+
 
 @lru_cache(maxsize=4)
-def _instance(config_json: str):
+def _instance(config_json: str) -> Instance:
     from fedbandit.config import validate_experiment
     from fedbandit.instances import build_instance
 
     return build_instance(validate_experiment(json.loads(config_json)).instance)
 
 
+def _instance_of(job: FlowerJob) -> Instance:
+    """The job's instance, built once per process (a warm executor serves many messages)."""
+    return _instance(job.config.model_dump_json())
+
+
 def job_to_json(job: FlowerJob) -> str:
     """The job as the JSON text a deployment passes in the run config (key ``job``)."""
-    fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(job) if f.compare}
-    return json.dumps({**fields, "entropy": list(job.entropy)}, sort_keys=True)
+    return json.dumps(
+        {
+            "spec": job.spec.model_dump(mode="json"),
+            "num_nodes": job.num_nodes,
+            "poll_seconds": job.poll_seconds,
+        },
+        sort_keys=True,
+    )
 
 
 @lru_cache(maxsize=4)
 def job_from_json(text: str) -> FlowerJob:
+    """The job of a run config; a job that does not validate here names the problem."""
+    from pydantic import ValidationError
+
+    from fedbandit.config import describe_validation
+
     if not text:
         raise ValueError(
             "the run config has no 'job': submit runs with `fedbandit run --runtime flower`"
         )
     data = json.loads(text)
-    known = {f.name for f in dataclasses.fields(FlowerJob) if f.compare}
-    if unknown := set(data) - known:
-        raise ValueError(f"unknown job keys {sorted(unknown)}; known: {sorted(known)}")
-    return FlowerJob(**{**data, "entropy": tuple(data["entropy"])})
+    if unknown := set(data) - {"spec", "num_nodes", "poll_seconds"}:
+        raise ValueError(
+            f"unknown job keys {sorted(unknown)}; known: num_nodes, poll_seconds, spec"
+        )
+    try:
+        spec = RunSpec.model_validate(data.get("spec"))
+    except ValidationError as err:
+        raise ValueError(
+            f"the job does not validate on this host: {describe_validation(err)}"
+        ) from None
+    return FlowerJob(spec, int(data.get("num_nodes", 0)), float(data.get("poll_seconds", 0.01)))
 
 
 def _job(job: FlowerJob | None, context: Context) -> FlowerJob:
@@ -146,7 +195,7 @@ class NodeStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         with open(temporary, "wb") as handle:
-            np.savez(handle, **arrays)
+            np.savez(handle, allow_pickle=False, **arrays)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.path)
@@ -168,11 +217,10 @@ def _client_logic(
     """The node's client group with its state: from ``context.state`` when the SuperNode kept
     it, else from the node's store (a restarted SuperNode): the state before ``round_`` when
     that round was already handled, else the latest."""
-    from fedbandit.config import validate_experiment
     from fedbandit.simulation import build_federation
 
-    config = validate_experiment(job.config)
-    instance = _instance(json.dumps(job.config, sort_keys=True))
+    config = job.config
+    instance = _instance_of(job)
     node = context.node_config
     if "first-client" in node:
         first, count = int(node["first-client"]), int(node["num-clients"])
@@ -185,7 +233,7 @@ def _client_logic(
         instance,
         job.algorithm,
         config.horizon,
-        list(job.entropy),
+        job.entropy,
         config.hyperparameters(job.algorithm),
         client_ids=ids,
     )
@@ -248,11 +296,10 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
             _write_result(_job(job, context), context, time.perf_counter() - started)
 
     def run(job: FlowerJob, grid: Grid) -> None:
-        from fedbandit.config import validate_experiment
         from fedbandit.simulation import build_server
 
-        config = validate_experiment(job.config)
-        instance = _instance(json.dumps(job.config, sort_keys=True))
+        config = job.config
+        instance = _instance_of(job)
         server = build_server(
             instance, job.algorithm, config.horizon, config.hyperparameters(job.algorithm)
         )
@@ -275,14 +322,12 @@ def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:
     if not result_dir:
         raise ValueError("the run config has no 'result-dir': nowhere to write the results")
     outcome = job.results.pop()
-    write_latency(
-        Path(result_dir), job.algorithm, int(context.run_config.get("seed", 0)), job.timings
-    )
+    write_latency(Path(result_dir), job.algorithm, job.spec.seed, job.timings)
     write_seed_result(
         job.config,
         Path(result_dir),
-        int(context.run_config.get("seed", 0)),
-        SeedResult.of(job.algorithm, list(job.entropy), outcome, seconds),
+        job.spec.seed,
+        SeedResult.of(job.algorithm, job.entropy, outcome, seconds),
     )
 
 

@@ -199,7 +199,7 @@ def decode_regret(content: RecordDict, client_ids: np.ndarray) -> RegretRecord:
             arrays["increment_diff"],
             arrays["client_regret"],
             arrays["client_pulls"],
-            float(content.config_records["scale"]["scale"]),
+            _number(content.config_records["scale"]["scale"]),
         )
     except (KeyError, ValueError, TypeError) as err:
         raise MalformedReplyError(f"not a regret record: {err}") from None
@@ -242,3 +242,10 @@ def decode_state(source: RecordDict) -> dict[str, np.ndarray] | None:
         key: array.numpy().reshape(()) if key in scalars else array.numpy()
         for key, array in stored.items()
     }
+
+
+def _number(value: object) -> float:
+    """A record's scalar as a float; a list or text is not a number (MalformedReplyError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MalformedReplyError(f"expected a number, got {type(value).__name__}")
+    return float(value)

@@ -26,11 +26,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tomli_w
 
 from fedbandit.errors import ConfigError, DeploymentError
 from fedbandit.flower.simulation import FLOWER_ENVIRONMENT
+
+if TYPE_CHECKING:
+    from fedbandit.runspec import RunSpec
 
 #: Where ``flwr run`` finds the ServerApp and ClientApp (a shim over this package).
 APP_DIR = Path(__file__).with_name("flwr_app")
@@ -375,28 +379,14 @@ class Submission:
             print(f"fedbandit: could not stop run {run_id}: {err}", file=sys.stderr)
 
 
-def run_seed(
-    submission: Submission,
-    config_data: dict[str, object],
-    algorithm: str,
-    seed: int,
-    entropy: list[int],
-    run_dir: Path,
-    job_options: dict[str, object] | None = None,
-) -> int:
-    """Run one (algorithm, seed) on the deployment; the remote ServerApp writes its result files
+def run_seed(submission: Submission, spec: RunSpec, run_dir: Path) -> int:
+    """Run one seed of ``spec`` on the deployment; the remote ServerApp writes its result files
     into ``run_dir`` (a path on the SuperLink host). Returns the Flower run id."""
     from fedbandit.flower.apps import FlowerJob, job_to_json
     from fedbandit.results import seed_status, seed_stem
 
-    options = {"poll_seconds": DEPLOYMENT_POLL_SECONDS, **(job_options or {})}
-    job = FlowerJob(
-        config=config_data,
-        algorithm=algorithm,
-        entropy=tuple(entropy),
-        num_nodes=0,
-        **options,
-    )
+    job = FlowerJob(spec, num_nodes=0, poll_seconds=DEPLOYMENT_POLL_SECONDS)
+    algorithm, seed = spec.algorithm, spec.seed
     run_dir = Path(run_dir).resolve()
     run_id = submission.run(
         {"job": job_to_json(job), "result-dir": str(run_dir), "seed": seed},

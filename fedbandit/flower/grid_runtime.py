@@ -225,7 +225,7 @@ class FlowerGridRuntime(Runtime):
         started = time.perf_counter()
         replies, errors, silent = self._send(out)
         handler = [
-            float(r.content.metric_records[TIMING_KEY]["handler-s"])
+            _seconds(r.content.metric_records[TIMING_KEY]["handler-s"])
             for r in replies.values()
             if TIMING_KEY in r.content.metric_records
         ]
@@ -388,3 +388,8 @@ def discover_nodes(grid: Grid, job: FlowerJob, num_clients: int) -> dict[int, np
         time.sleep(0.2)
     missing = np.flatnonzero(counts == 0)
     raise TimeoutError(f"after {job.start_deadline} s no node serves clients {missing.tolist()}")
+
+
+def _seconds(value: object) -> float:
+    """A timing metric as seconds (NaN when a node sent something else: it is only measured)."""
+    return float(value) if isinstance(value, (int, float)) else float("nan")

@@ -7,7 +7,13 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+from fedbandit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedbandit.runspec import RunSpec
+    from fedbandit.simulation import SeedResult
 
 #: Flower phones home and installs dependencies unless told not to; set before Flower is used.
 FLOWER_ENVIRONMENT = {
@@ -18,37 +24,22 @@ FLOWER_ENVIRONMENT = {
 }
 
 
-def simulate_flower(
-    config_data: dict[str, Any],
-    algorithm: str,
-    entropy: list[int],
-    num_nodes: int | None = None,
-    round_timeout: float = 300.0,
-    job_options: dict[str, Any] | None = None,
-):
-    """Run ``algorithm`` of the experiment ``config_data`` on ``num_nodes`` virtual SuperNodes
-    (default: up to 4), each hosting a contiguous range of clients. Returns a ``SeedResult``."""
+def simulate_flower(spec: RunSpec) -> SeedResult:
+    """Run one seed of ``spec`` on ``spec.options.nodes`` virtual SuperNodes (default: up to 4),
+    each hosting a contiguous range of clients."""
     for key, value in FLOWER_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     from flwr.simulation import run_simulation
 
-    from fedbandit.config import validate_experiment
     from fedbandit.flower.apps import FlowerJob, build_client_app, build_server_app
     from fedbandit.instances import build_instance
     from fedbandit.simulation import SeedResult
 
-    config = validate_experiment(config_data)
-    num_clients = build_instance(config.instance).num_clients
-    nodes = num_nodes or min(4, num_clients)
+    num_clients = build_instance(spec.experiment.instance).num_clients
+    nodes = spec.options.nodes or min(4, num_clients)
     if not 1 <= nodes <= num_clients:
-        raise ValueError(f"--nodes must lie in [1, {num_clients}], got {nodes}")
-    job = FlowerJob(
-        config=config_data,
-        algorithm=algorithm,
-        entropy=tuple(entropy),
-        num_nodes=nodes,
-        **{"round_timeout": round_timeout, **(job_options or {})},
-    )
+        raise ConfigError(f"--nodes must lie in [1, {num_clients}] (the clients), got {nodes}")
+    job = FlowerJob(spec, num_nodes=nodes)
     # Ray's socket paths must stay short: a private folder under the system temp dir.
     ray_dir = tempfile.mkdtemp(prefix="fb-ray-")
     start = time.perf_counter()
@@ -70,6 +61,7 @@ def simulate_flower(
         shutil.rmtree(ray_dir, ignore_errors=True)
     if not job.results:
         raise RuntimeError(
-            f"the Flower simulation of {algorithm!r} ended without a result; its log above says why"
+            f"the Flower simulation of {spec.algorithm!r} ended without a result; its log above "
+            "says why"
         )
-    return SeedResult.of(algorithm, entropy, job.results[0], time.perf_counter() - start)
+    return SeedResult.of(spec.algorithm, spec.entropy, job.results[0], time.perf_counter() - start)

@@ -55,7 +55,7 @@ def install_poll_interval(poll_seconds: float) -> None:
             "flwr.supernode.start_client_internal no longer uses the time module as fedbandit "
             "expects (Flower upgraded?): run plain flower-supernode instead"
         )
-    start_client_internal.time = capped_time(poll_seconds)
+    setattr(start_client_internal, "time", capped_time(poll_seconds))  # noqa: B010
 
 
 def warm_executor_command(flower_args: list[str], parent_pid: int) -> list[str]:
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         from flwr.supernode.cli import flower_supernode
 
         sys.argv = ["flower-supernode", *flower_args]
-        return flower_supernode()
+        flower_supernode()
+        return 0
     finally:
         if executor is not None:
             stop_process(executor)

@@ -139,13 +139,16 @@ def retry_invoker(*closing: threading.Event) -> RetryInvoker:
             and exc.response.status_code not in _RETRYABLE_STATUS_CODES
         )
 
+    def wait(seconds: float) -> None:
+        closing[0].wait(seconds)
+
     return RetryInvoker(
         lambda: exponential(max_delay=MAX_RETRY_DELAY),
         (*_RETRYABLE_TRANSPORT_ERRORS, httpx.HTTPStatusError),
         max_tries=None,
         max_time=None,
         should_giveup=give_up,
-        wait_function=closing[0].wait,
+        wait_function=wait,
     )
 
 

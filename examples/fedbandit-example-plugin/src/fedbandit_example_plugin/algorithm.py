@@ -11,9 +11,9 @@ Messages (communication is counted from their fields; nothing else travels):
 
 - ``play`` (server -> clients, round p): the global statistics of every client's pulls in phases
   0..p-1 (no fields in phase 0: nothing is known yet). ``counts`` (K,) pulls per arm, then
-  ``sums`` (K,) reward sums (pooling "counts"), or ``gram`` = sum x x^T and ``xy`` = sum x y per arm,
-  (K, d, d) and (K, d) (pooling "least_squares"; (d, d) and (d,) pooled over every arm when the
-  instance has one shared parameter). The same values go to every client.
+  ``sums`` (K,) reward sums (pooling "counts"), or ``gram`` = sum x x^T and ``xy`` = sum x y
+  per arm, (K, d, d) and (K, d) (pooling "least_squares"; (d, d) and (d,) pooled over every arm
+  when the instance has one shared parameter). The same values go to every client.
 - ``report`` (clients -> server): each client's statistics of phase p only: ``counts`` (K,) and
   ``sums`` or ``gram``/``xy``. Per-arm fields are sparse over the arms the client pulled in the
   phase (the mask ``pulled`` = counts > 0 follows from ``counts`` and is not counted).
@@ -27,7 +27,8 @@ samples in the client's view: global pulls plus its own pulls since the last bro
     counts:         U_{i,a} = S_a / N_a + beta_i / sqrt(N_a)      (+inf while N_a = 0)
                     with N_a = N^glob_a + N^own_{i,a}, S_a = S^glob_a + S^own_{i,a}
     least squares:  U_{i,a} = x_{i,a}^T theta_{i,a} + beta_i ||x_{i,a}||_{V_{i,a}^-1}
-                    V_{i,a} = lambda I + G_a + G^own_{i,a},  theta_{i,a} = V_{i,a}^-1 (g_a + g^own_{i,a})
+                    V_{i,a} = lambda I + G_a + G^own_{i,a}
+                    theta_{i,a} = V_{i,a}^-1 (g_a + g^own_{i,a})
                     (shared parameter: one V_i and theta_i per client, pooled over the arms)
 
 Ties go to the first maximiser in the client's cyclic arm order i mod K, i+1 mod K, ..., so that
@@ -353,7 +354,8 @@ class FedUCBClient(ClientLogic):
             own_xy[rows, arms] += xa * rewards[:, None]
             # Only the pulled arm's statistics changed: refresh its estimate and width.
             inv_a, theta_a = ridge_estimate(
-                glob["gram"][arms] + own_gram[rows, arms], glob["xy"][arms] + own_xy[rows, arms],
+                glob["gram"][arms] + own_gram[rows, arms],
+                glob["xy"][arms] + own_xy[rows, arms],
                 ridge,
             )
             mean[rows, arms], width[rows, arms] = ridge_mean_width(xa, inv_a, theta_a)

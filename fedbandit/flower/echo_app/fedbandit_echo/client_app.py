@@ -22,7 +22,7 @@ def echo(message: Message, context: Context) -> Message:
     started = time.perf_counter()
     received = int(message.content.array_records["payload"]["bytes"].numpy().size)
     request = message.content.metric_records["size"]
-    size, stamp = int(request["reply-bytes"]), int(request["stamp"])
+    size, stamp = _whole(request["reply-bytes"]), _whole(request["stamp"])
     data = np.zeros(size, dtype=np.uint8)
     head = np.frombuffer(stamp.to_bytes(8, "little"), dtype=np.uint8)[:size]
     data[: len(head)] = head
@@ -34,3 +34,10 @@ def echo(message: Message, context: Context) -> Message:
     )
     content["timing"] = MetricRecord({"handler-s": time.perf_counter() - started})
     return Message(content, reply_to=message)
+
+
+def _whole(value: object) -> int:
+    """A metric that must be a whole number."""
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {type(value).__name__}")
+    return int(value)

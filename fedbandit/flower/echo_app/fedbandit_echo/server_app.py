@@ -97,7 +97,7 @@ def main(grid: Grid, context: Context) -> None:
         started = time.perf_counter()
         replies = exchange(grid, messages, timeout, poll)
         seconds = time.perf_counter() - started
-        handler = max(float(r.content.metric_records["timing"]["handler-s"]) for r in replies)
+        handler = max(_seconds(r.content.metric_records["timing"]["handler-s"]) for r in replies)
         timings.append(
             {
                 "round": index,
@@ -108,3 +108,8 @@ def main(grid: Grid, context: Context) -> None:
             }
         )
     write_json(Path(out), {"nodes": len(nodes), "rounds": timings})
+
+
+def _seconds(value: object) -> float:
+    """A timing metric as seconds (NaN for anything but a number)."""
+    return float(value) if isinstance(value, (int, float)) else float("nan")

@@ -1,0 +1,92 @@
+"""The registry of runtimes: how one seed of a ``RunSpec`` runs and where its files come from.
+
+``local`` (in-process), ``flower-sim`` (Flower's simulation runtime on Ray) and ``flower`` (a
+Flower deployment). The command line's ``--runtime`` choices and ``RuntimeOptions`` validation
+come from here; each entry imports its machinery only when it runs, so listing them is cheap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedbandit.runspec import RunSpec
+
+
+@dataclass(frozen=True)
+class RuntimeEntry:
+    """A registered runtime: how one seed of a ``RunSpec`` runs and leaves its files in the run
+    folder. ``parallel`` runtimes may run seeds in worker processes; the others (Flower's) do
+    their parallel work on nodes and run seeds one after another."""
+
+    name: str
+    description: str
+    run_seed: Callable[[RunSpec, Path], float]
+    parallel: bool
+
+
+def _run_local(spec: RunSpec, run_dir: Path) -> float:
+    from fedbandit.instances import build_instance
+    from fedbandit.runner import write_seed_result
+    from fedbandit.simulation import simulate
+
+    config = spec.experiment
+    result = simulate(
+        build_instance(config.instance),
+        spec.algorithm,
+        config.horizon,
+        spec.entropy,
+        config.hyperparameters(spec.algorithm),
+        config.group_size,
+    )
+    write_seed_result(config, run_dir, spec.seed, result)
+    return result.seconds
+
+
+def _run_flower_sim(spec: RunSpec, run_dir: Path) -> float:
+    from fedbandit.flower.simulation import simulate_flower
+    from fedbandit.runner import write_seed_result
+
+    result = simulate_flower(spec)
+    write_seed_result(spec.experiment, run_dir, spec.seed, result)
+    return result.seconds
+
+
+def _run_flower(spec: RunSpec, run_dir: Path) -> float:
+    """One Flower run on the deployment's SuperLink; its ServerApp writes the seed's files."""
+    from fedbandit.flower.deployment import Submission, run_seed
+
+    options = spec.options
+    assert options.superlink is not None  # RuntimeOptions checks it
+    submission = Submission(
+        superlink=options.superlink,
+        state_dir=Path(run_dir).resolve() / "flower",
+        insecure=options.insecure,
+        root_certificates=options.root_certificates,
+        run_timeout=options.run_timeout,
+    )
+    started = time.perf_counter()
+    run_seed(submission, spec, Path(run_dir))
+    return time.perf_counter() - started
+
+
+#: Every runtime by name; the command line's ``--runtime`` choices come from here.
+RUNTIMES: dict[str, RuntimeEntry] = {
+    entry.name: entry
+    for entry in (
+        RuntimeEntry("local", "in-process, seeds in parallel worker processes", _run_local, True),
+        RuntimeEntry(
+            "flower-sim",
+            "Flower's simulation runtime (Ray), virtual SuperNodes",
+            _run_flower_sim,
+            False,
+        ),
+        RuntimeEntry(
+            "flower", "a Flower deployment: SuperLink and SuperNodes on hosts", _run_flower, False
+        ),
+    )
+}
