@@ -1,25 +1,42 @@
 """Federated LinUCB on contextual instances: DisLinUCB, Async-LinUCB, FedLinUCB and a centralised
 reference, as server and client logic exchanging ridge statistics.
 
-Every message exchange is one round: the server sends downloads (if any), every client that
-participates observes a context, pulls, updates its own view, and replies with uploads (if its
-trigger fires). Arrivals are round-robin in synchronous rounds: all participating clients act in a
-round, and uploads are processed at the round's end in client-id order. Statistics travel as full
-d x d matrices plus d-vectors per parameter group (d^2 + d scalars).
+Every message exchange is one step of the instance's arrival order: the server sends downloads (if
+any), every client that acts observes a context, pulls, updates its own statistics, and replies
+with uploads (if its trigger fires). In the synchronous order (default) every participating client
+acts in a round and uploads are processed at the round's end in client-id order; in the sequential
+order (the authors' simulations) one client, drawn uniformly, acts per global step. A download the
+server decides after a step travels in the next exchange, before anyone acts again, which is what
+the authors' simulations do at once. Statistics travel as full d x d matrices plus d-vectors per
+parameter group (d^2 + d scalars). "Total interactions" T_total is M T in synchronous rounds and T
+(global steps) in the sequential order.
 
-- ``dislinucb`` (Wang, Hu, Chen, Wang, ICLR 2020): client j triggers a global sync when
-  (t - t_last) * log(det V_j / det V_sync) >= D; then every client uploads its unsynced (dV, db)
-  (one extra exchange in which nobody pulls) and everyone downloads the new global statistics.
-  Default D = T / (M d log T), the value of the paper's simulations.
-- ``async_linucb`` (Li & Wang, AISTATS 2022): client i uploads when
-  det(V_i) / det(V_i - dV_i) > gamma_U; the server pushes its global statistics to client j when
-  det(V_global) / det(V_global at j's last download) > gamma_D.
-- ``fedlinucb`` (He, Wang, Min, Gu, NeurIPS 2022): a client uploads and then downloads when
-  det(V_down + dV) > (1 + alpha) det(V_down).
+- ``dislinucb`` (Wang, Hu, Chen, Wang, ICLR 2020, Algorithm DisLinUCB; the authors' rule as coded
+  by Li & Wang in ``cyrilli/Async-LinUCB``, ``lib/SyncLinUCB.py``, ``syncRoundTriggered``):
+  client j triggers a global sync when n_j * log(det V_j / det V_sync) >= D, n_j being j's own
+  pulls since the last sync; then every client uploads its unsynced (dV, db) (one extra exchange
+  in which nobody pulls) and everyone downloads the new global statistics. D (``threshold_rule``):
+  ``simulation`` (default) D = T_total / (M d log T_total), the value of
+  ``SimulationHomogeneousClients.py`` (``D2``, "Sync-LinUCB-Match-Regret"), whose T counts every
+  client's steps; ``theorem`` D = (T_total / M) log(T_total) / (d M), the paper's Theorem 4 with
+  T = T_total / M steps of M agents (regret O(d sqrt(M T) log^2 T), O(M^1.5 d^3) scalars).
+- ``async_linucb`` (Li & Wang, AISTATS 2022; ``cyrilli/Async-LinUCB``, ``lib/AsyncLinUCB.py``):
+  client i uploads when det(V_i) / det(V_i - dV_i) > gamma_U (``uploadCommTriggered``); the
+  server keeps for each client j a buffer of the *other* clients' uploads since j's last download
+  and pushes to j when det(V_global) / det(V_global - buffer_j) > gamma_D
+  (``downloadCommTriggered``, checked after every upload).
+- ``fedlinucb`` (He, Wang, Min, Gu, NeurIPS 2022; ``uclaml/FedLinUCB``, ``M-15/Federated.py``,
+  the "Our-rare" loop): the estimate and the UCB width come from the last download
+  (Sigma_down, b_down) only; local data enters only the trigger
+  det(Sigma_down + dSigma) > (1 + alpha) det(Sigma_down), on which the client uploads and then
+  downloads. Our choice: Sigma_down starts at lambda I (the authors' SIGMADOW starts at 0, so
+  there every client's first pull forces a sync).
 - ``central_linucb``: every client uploads each sample (x, r, arm) and downloads the global
   statistics every round: the fully shared reference.
 
-The decision rule is LinUCB with the self-normalised radius (OFUL) on the client's current view.
+The decision rule is LinUCB with the self-normalised radius (OFUL) on the client's decision view,
+for every protocol (our choice: the authors' simulations use a fixed width, 0.5 in FedLinUCB's, or
+the ``alpha_t`` radius in Li & Wang's, so that only the communication rules differ here).
 
 Each protocol is one server and one client class over ``FederatedRidgeServerBase`` and
 ``FederatedRidgeClientBase`` (the round, upload and download machinery); its rules are the hooks
@@ -31,22 +48,27 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
 from fedbandit.algorithms.base import ProblemSpec
 from fedbandit.algorithms.linucb import POLICY_STATE, RidgeParams, RidgePolicy, model_groups
-from fedbandit.contextual.environment import ContextualEnvironment
+from fedbandit.contextual.environment import ContextualEnvironment, total_interactions
 from fedbandit.federation.messages import Message, broadcast
 from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
 
 
 class DisLinUCBParams(RidgeParams):
-    """``threshold``: D of the sync trigger; default (None) T / (M d log T). 0 syncs every
-    round (the centralised learner); inf never syncs (local learners)."""
+    """``threshold``: D of the sync trigger; default (None) by ``threshold_rule``: ``simulation``
+    T_total / (M d log T_total) (the authors' simulations), ``theorem``
+    (T_total / M) log(T_total) / (d M) (the paper's Theorem 4), T_total the total number of
+    interactions (M T in synchronous rounds, T in the sequential order). 0 syncs every round (the
+    centralised learner); inf never syncs (local learners)."""
 
     threshold: float | None = Field(None, ge=0)
+    threshold_rule: Literal["simulation", "theorem"] = "simulation"
     delta: float = Field(0.1, gt=0, lt=1)
 
 
@@ -113,12 +135,18 @@ class FederatedRidgeClientBase(ClientLogic):
         contexts, active = self.env.observe()
         arms = self.policy.select(contexts)
         rewards = self.env.pull(arms)
-        rows, groups, x = self.policy.update(contexts, active, arms, rewards)
+        rows, groups, x = self._learn(contexts, active, arms, rewards)
         self.pending_gram[rows, groups] += x[:, :, None] * x[:, None, :]
         self.pending_target[rows, groups] += rewards[rows, None] * x
         self.pending_count[rows, groups] += 1
-        self.since_sync += 1
+        self.since_sync += active  # the client's own pulls (numObs_uploadbuffer)
         return self._reply(message, contexts, active, arms, rewards)
+
+    def _learn(
+        self, contexts: np.ndarray, active: np.ndarray, arms: np.ndarray, rewards: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The decision view learns from every own pull (view = last download + own pending)."""
+        return self.policy.update(contexts, active, arms, rewards)
 
     @abstractmethod
     def _reply(
@@ -187,8 +215,6 @@ class FederatedRidgeServerBase(ServerLogic):
         G, d, M = int(self.group.max()) + 1, spec.dim, spec.num_clients
         self.gram = np.broadcast_to(params.regularization * np.eye(d), (G, d, d)).copy()
         self.target = np.zeros((G, d))
-        # log det of the global statistics at each client's last download
-        self.client_logdet = np.full(M, float(_logdet(self.gram)))
         self.download = np.zeros(M, dtype=bool)  # by client id
         self.clients = spec.client_ids.copy()
         self.rounds_done = 0
@@ -215,7 +241,6 @@ class FederatedRidgeServerBase(ServerLogic):
             "target": broadcast(self.target, n),
             "receive": receive,
         }
-        self.client_logdet[ids[download]] = float(_logdet(self.gram))
         self.download[:] = False
         return Message(
             "round",
@@ -252,20 +277,36 @@ class FederatedRidgeServerBase(ServerLogic):
         self.download[np.asarray(client_ids, dtype=np.int64)] = False
 
 
+def dislinucb_threshold(params: DisLinUCBParams, num_clients: int, dim: int, total: int) -> float:
+    """D: the given ``threshold``, or the named rule's value at T_total = ``total`` interactions.
+
+    ``simulation``: T_total / (M d log T_total), ``D2`` of ``SimulationHomogeneousClients.py`` in
+    ``cyrilli/Async-LinUCB`` (T there counts every client's steps: one random client per
+    iteration). ``theorem``: D = (T / (d M)) log(M T) with T = T_total / M time steps of M agents,
+    Wang et al. 2020, Theorem 4 (our transcription: with it at most 2 d sqrt(M) syncs of M d^2
+    scalars each, the O(M^1.5 d^3) of the paper)."""
+    if params.threshold is not None:
+        return params.threshold
+    T_total = max(total, 3)
+    if params.threshold_rule == "theorem":
+        return (T_total / num_clients) * math.log(T_total) / (dim * num_clients)
+    return T_total / (num_clients * dim * math.log(T_total))
+
+
 class DisLinUCBClient(FederatedRidgeClientBase):
-    """DisLinUCB (Wang et al. 2020): client j asks for a global sync when
-    (t - t_last) * log(det V_j / det V_sync) >= D; on the server's collect, every client uploads its
-    unsynced (dV, db)."""
+    """DisLinUCB (Wang et al., ICLR 2020; rule as in ``cyrilli/Async-LinUCB``,
+    ``lib/SyncLinUCB.py``, ``syncRoundTriggered``): client j asks for a global sync when
+    n_j * log(det V_j / det V_sync) >= D, n_j its own pulls since the last sync (the paper's
+    t - t_last, in which every agent acts every step); on the server's collect, every client
+    uploads its unsynced (dV, db). D: ``dislinucb_threshold``."""
 
     def __init__(
         self, spec: ProblemSpec, params: DisLinUCBParams, env: ContextualEnvironment
     ) -> None:
         super().__init__(spec, params, env)
-        if params.threshold is not None:
-            self.threshold = params.threshold
-        else:  # the paper's simulations: D = T / (M d log T)
-            T = max(spec.horizon, 3)
-            self.threshold = T / (spec.num_clients * spec.dim * math.log(T))
+        self.threshold = dislinucb_threshold(
+            params, spec.num_clients, spec.dim, total_interactions(env.instance, env.horizon)
+        )
 
     def handle(self, message: Message) -> Message:
         if message.kind == "collect":
@@ -318,7 +359,8 @@ class DisLinUCBServer(FederatedRidgeServerBase):
 
 class DeterminantRatioClient(FederatedRidgeClientBase):
     """Client i uploads when det(V_i) / det(V_i - dV_i) > exp(threshold), dV_i being its data not
-    yet uploaded (the client rule of Async-LinUCB and FedLinUCB)."""
+    yet uploaded and V_i its view (last download + all its own data): Async-LinUCB's client rule
+    (``cyrilli/Async-LinUCB``, ``lib/AsyncLinUCB.py``, ``LocalClient.uploadCommTriggered``)."""
 
     threshold: float
 
@@ -340,7 +382,8 @@ class DeterminantRatioClient(FederatedRidgeClientBase):
 
 
 class AsyncLinUCBClient(DeterminantRatioClient):
-    """Async-LinUCB (Li & Wang 2022): client i uploads when det(V_i) / det(V_i - dV_i) > gamma_U."""
+    """Async-LinUCB (Li & Wang, AISTATS 2022): client i uploads when
+    det(V_i) / det(V_i - dV_i) > gamma_U (``LocalClient.uploadCommTriggered``)."""
 
     def __init__(self, spec: ProblemSpec, params: AsyncParams, env: ContextualEnvironment) -> None:
         super().__init__(spec, params, env)
@@ -348,22 +391,52 @@ class AsyncLinUCBClient(DeterminantRatioClient):
 
 
 class AsyncLinUCBServer(FederatedRidgeServerBase):
-    """Async-LinUCB (Li & Wang 2022): the server pushes its global statistics to client j when
-    det(V_global) / det(V_global at j's last download) > gamma_D."""
+    """Async-LinUCB (Li & Wang, AISTATS 2022; ``cyrilli/Async-LinUCB``, ``lib/AsyncLinUCB.py``,
+    ``AsyncLinUCB.updateParameters`` and ``downloadCommTriggered``): the server keeps, per client
+    j, a buffer of the uploads of the *other* clients since j's last download (j's own uploads are
+    already in j's view), and pushes its global statistics to j when
+    det(V_global) / det(V_global - buffer_j) > gamma_D (V_global includes lambda I, as the authors'
+    A_aggregated + lambda I). Checked after the uploads of each step; several uploads in one
+    synchronous round enter in client-id order before the check (our choice: the authors'
+    simulation has one upload per step)."""
 
     def __init__(self, spec: ProblemSpec, params: AsyncParams) -> None:
         super().__init__(spec, params)
         self.push_threshold = math.log(params.download_ratio)
+        self.pending_push = np.zeros((spec.num_clients, *self.gram.shape))
+
+    def configure(self) -> Message | None:
+        pushing = self.download.copy()
+        message = super().configure()
+        if message is not None and message.kind == "round" and "gram" in message.fields:
+            self.pending_push[pushing] = 0.0
+        return message
 
     def _receive(self, reply: Message) -> None:
+        if reply.kind != "upload":
+            raise RuntimeError(f"unexpected reply kind {reply.kind!r}")
+        send = np.asarray(reply.fields["send"])
+        deltas = reply.fields["gram_delta"]
+        for position in np.flatnonzero(send.any(axis=1)):
+            uploader = int(reply.client_ids[position])
+            delta = np.where(send[position][:, None, None], deltas[position], 0.0)
+            others = np.arange(len(self.pending_push)) != uploader
+            self.pending_push[others] += delta
         self._add_uploads(reply)
-        stale = float(_logdet(self.gram)) - self.client_logdet
-        self.download |= stale > self.push_threshold
+        if not send.any():
+            return
+        ids = self.clients
+        stale = float(_logdet(self.gram)) - _logdet(self.gram - self.pending_push[ids])
+        self.download[ids] |= stale > self.push_threshold
 
 
-class FedLinUCBClient(DeterminantRatioClient):
-    """FedLinUCB (He et al. 2022): a client uploads, then downloads, when
-    det(V_down + dV) > (1 + alpha) det(V_down)."""
+class FedLinUCBClient(FederatedRidgeClientBase):
+    """FedLinUCB (He, Wang, Min, Gu, NeurIPS 2022; ``uclaml/FedLinUCB``, ``M-15/Federated.py``, the
+    "Our-rare" loop): the decision view is the last download (Sigma_down, b_down) alone; the
+    client's own data since then (dSigma, db) is kept aside and enters only the trigger
+    det(Sigma_down + dSigma) > (1 + alpha) det(Sigma_down), on which it uploads (dSigma, db) and
+    downloads the server's statistics. Sigma_down starts at lambda I (our choice; the authors'
+    SIGMADOW starts at 0)."""
 
     def __init__(
         self, spec: ProblemSpec, params: FedLinUCBParams, env: ContextualEnvironment
@@ -371,10 +444,27 @@ class FedLinUCBClient(DeterminantRatioClient):
         super().__init__(spec, params, env)
         self.threshold = math.log(1.0 + params.communication_alpha)
 
+    def _learn(
+        self, contexts: np.ndarray, active: np.ndarray, arms: np.ndarray, rewards: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.policy.observed(contexts, active, arms)  # the view waits for a download
+
+    def _reply(
+        self,
+        message: Message,
+        contexts: np.ndarray,
+        active: np.ndarray,
+        arms: np.ndarray,
+        rewards: np.ndarray,
+    ) -> Message:
+        down = self.policy.learners.gram
+        growth = _logdet(down + self.pending_gram) - _logdet(down)
+        return self._upload(message, active & (growth > self.threshold))
+
 
 class FedLinUCBServer(FederatedRidgeServerBase):
-    """FedLinUCB (He et al. 2022): a client that uploaded downloads the global statistics at its
-    next round."""
+    """FedLinUCB (He et al. 2022): a client that uploaded downloads the global statistics (all
+    uploads so far, its own included) before it acts again."""
 
     def _receive(self, reply: Message) -> None:
         uploaded = self._add_uploads(reply)

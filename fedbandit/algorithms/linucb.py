@@ -94,15 +94,22 @@ class RidgePolicy:
         )
         return self.learners.select(contexts, self.group, rad)
 
+    def observed(
+        self, contexts: np.ndarray, active: np.ndarray, arms: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The active clients' pulls as (rows, groups, contexts pulled); counts their steps."""
+        rows = np.flatnonzero(active) if not active.all() else np.arange(len(active))
+        x = contexts[rows, arms[rows]]
+        groups = self.group[arms[rows]]
+        self.steps += active
+        return rows, groups, x
+
     def update(
         self, contexts: np.ndarray, active: np.ndarray, arms: np.ndarray, rewards: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Learn from the active clients' pulls; returns (rows, groups, contexts pulled)."""
-        rows = np.flatnonzero(active) if not active.all() else np.arange(len(active))
-        x = contexts[rows, arms[rows]]
-        groups = self.group[arms[rows]]
+        rows, groups, x = self.observed(contexts, active, arms)
         self.learners.update(rows, groups, x, rewards[rows])
-        self.steps += active
         return rows, groups, x
 
 

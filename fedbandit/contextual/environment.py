@@ -4,17 +4,37 @@ Each logical client draws its contexts, its reward noise and its participation c
 stream, in fixed chunks of ``CHUNK`` rounds, so results do not depend on how clients are grouped.
 Regret is the pseudo-regret max_k mu_k(x_t) - mu_{a_t}(x_t), exact at every round, summed on the
 same fixed-point grid as ``fedbandit.environment`` (integer-valued floats: order-independent sums).
+
+Arrival orders (the instance's ``arrival``):
+
+- ``synchronous`` (default): rounds 0..T-1; in each, every participating client acts once.
+- ``sequential``: the order of the simulations of DisLinUCB, Async-LinUCB and FedLinUCB (Li & Wang,
+  ``cyrilli/Async-LinUCB``, ``SimulationHomogeneousClients.py``: ``random.choices(users)`` per
+  iteration; He et al., ``uclaml/FedLinUCB``, ``Federated.py``: ``agent = np.random.choice(M)``):
+  global steps 0..T-1, in each of which one client, drawn uniformly from the M clients, acts. The
+  acting client is drawn from a stream of its own (``ARRIVAL_DOMAIN``, derived from the run's
+  entropy alone, so every client group draws the same sequence); the acting client's k-th context
+  and noise are the k-th of its own stream, in the same chunk layout as the synchronous order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedbandit.contextual.instances import ContextualInstance
 from fedbandit.environment import GroupEnvironment, RegretRecord
+from fedbandit.rng import domain_generator
+from fedbandit.state import (
+    collect,
+    generators_from_arrays,
+    generators_to_arrays,
+    restore,
+    strip_prefix,
+    with_prefix,
+)
 
 if TYPE_CHECKING:
     from fedbandit.datasets.contextual import TabularContextualInstance
@@ -23,10 +43,25 @@ if TYPE_CHECKING:
 CHUNK = 1024
 #: Fixed-point grid of the regret sums: 2^-30.
 REGRET_SCALE = float(2**30)
+#: Spawn-key domain of the sequential order's arrival stream (one per run, not per client).
+ARRIVAL_DOMAIN = 2
+
+
+def arrival_order(instance: Any) -> str:
+    """The instance's arrival order: ``synchronous`` unless its parameters say ``sequential``."""
+    return str(getattr(getattr(instance, "params", None), "arrival", "synchronous"))
+
+
+def total_interactions(instance: Any, horizon: int) -> int:
+    """Client actions in a run: M T in synchronous rounds, T in the sequential order."""
+    if arrival_order(instance) == "sequential":
+        return int(horizon)
+    return int(horizon) * int(instance.num_clients)
 
 
 class ContextualEnvironment(GroupEnvironment):
-    """Rounds 0..T-1 for the clients ``client_ids``; in each, the active clients act once."""
+    """Rounds (or global steps) 0..T-1 for the clients ``client_ids``; in each, the active clients
+    act once (in the sequential order: the one client the arrival stream draws, if it is ours)."""
 
     _STATE = (*GroupEnvironment._STATE, "round")
 
@@ -46,6 +81,9 @@ class ContextualEnvironment(GroupEnvironment):
         self._all_active = instance.params.participation == 1.0
         self._contexts = self._means = self._noise = np.empty(0)
         self._active = np.empty(0, dtype=bool)
+        self.sequential = arrival_order(instance) == "sequential"
+        if self.sequential:
+            self._init_sequential(entropy)
 
     @property
     def num_arms(self) -> int:
@@ -72,6 +110,8 @@ class ContextualEnvironment(GroupEnvironment):
         """This round's contexts (n, K, d) (a read-only view) and which clients act (n,)."""
         if self.round >= self.horizon:
             raise RuntimeError(f"the horizon of {self.horizon} rounds is over")
+        if self.sequential:
+            return self._observe_sequential()
         if self._pos == CHUNK:
             self._refill()
         return self.instance.expand(self._contexts[self._pos]), self._active[self._pos]
@@ -79,6 +119,8 @@ class ContextualEnvironment(GroupEnvironment):
     def pull(self, arms: np.ndarray) -> np.ndarray:
         """The active clients pull ``arms`` (n,) (ignored for inactive ones); rewards (n,), and the
         round ends. Rewards of inactive clients are 0."""
+        if self.sequential:
+            return self._pull_sequential(arms)
         active = self._active[self._pos]
         flat = self._offsets + arms
         chosen = self._means[self._pos].reshape(-1)[flat]
@@ -101,6 +143,119 @@ class ContextualEnvironment(GroupEnvironment):
 
     def _set_buffer_position(self, position: int) -> None:
         self._pos = position if position >= 0 else CHUNK
+
+    # --- the sequential order -------------------------------------------------------------------
+
+    def _init_sequential(self, entropy: int | Sequence[int]) -> None:
+        n, p = self.num_clients, self.instance.params
+        if p.participation < 1:
+            raise ValueError("the sequential arrival order needs participation = 1")
+        self._arrival_rng = domain_generator(entropy, ARRIVAL_DOMAIN)
+        self._arrival_snapshot = generators_to_arrays([self._arrival_rng])
+        self._arrivals = np.empty(0, dtype=np.int64)
+        self._arrival_pos = CHUNK
+        # per client: its own chunk of contexts, means, gaps and noise, and where it stands in it
+        self._client_pos = np.full(n, CHUNK, dtype=np.int64)
+        self._client_snapshot = generators_to_arrays(self._rngs)
+        probe, _ = self.instance.sample_contexts_and_means(np.random.default_rng(0), 1)
+        self._seq_contexts = np.zeros((n, CHUNK, *probe.shape[1:]))
+        self._seq_means = np.zeros((n, CHUNK, self.num_arms))
+        self._seq_gaps = np.zeros((n, CHUNK, self.num_arms))
+        self._seq_noise = np.zeros((n, CHUNK))
+        self._actor = -1  # the row of the acting client in this step, or -1
+
+    def _draw_arrivals(self) -> None:
+        self._arrival_snapshot = generators_to_arrays([self._arrival_rng])
+        self._arrivals = self._arrival_rng.integers(0, self.instance.num_clients, size=CHUNK)
+
+    def _draw_client(self, row: int, snapshot: bool = True) -> None:
+        """Client ``row``'s next chunk, drawn exactly as in the synchronous layout."""
+        rng = self._rngs[row]
+        if snapshot:
+            words = generators_to_arrays([rng])
+            for key, value in words.items():
+                self._client_snapshot[key][row] = value[0]
+        chunk, means = self.instance.sample_contexts_and_means(
+            rng, CHUNK, int(self.client_ids[row])
+        )
+        self._seq_contexts[row] = chunk
+        self._seq_means[row] = means
+        self._seq_gaps[row] = np.round((means.max(axis=1, keepdims=True) - means) * REGRET_SCALE)
+        self._seq_noise[row] = rng.standard_normal(CHUNK)
+
+    def _observe_sequential(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._arrival_pos == CHUNK:
+            self._draw_arrivals()
+            self._arrival_pos = 0
+        actor = int(self._arrivals[self._arrival_pos])
+        rows = np.flatnonzero(self.client_ids == actor)
+        active = np.zeros(self.num_clients, dtype=bool)
+        compact = np.zeros((self.num_clients, *self._seq_contexts.shape[2:]))
+        self._actor = -1
+        if len(rows):
+            row = int(rows[0])
+            if self._client_pos[row] == CHUNK:
+                self._draw_client(row)
+                self._client_pos[row] = 0
+            compact[row] = self._seq_contexts[row, self._client_pos[row]]
+            active[row] = True
+            self._actor = row
+        return self.instance.expand(compact), active
+
+    def _pull_sequential(self, arms: np.ndarray) -> np.ndarray:
+        rewards = np.zeros(self.num_clients)
+        row = self._actor
+        if row >= 0:
+            pos = int(self._client_pos[row])
+            arm = int(arms[row])
+            rewards[row] = (
+                self._seq_means[row, pos, arm] + self.noise_sigma * self._seq_noise[row, pos]
+            )
+            units = float(self._seq_gaps[row, pos, arm])
+            self._regret[row] += units / REGRET_SCALE
+            self._diff[self.round] += units
+            self._diff[self.round + 1] -= units
+            self.pulls[row] += 1
+            self._client_pos[row] += 1
+        self._actor = -1
+        self.round += 1
+        self._arrival_pos += 1
+        return rewards
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        if not self.sequential:
+            return super().state_dict()
+        state = collect(self, self._STATE)
+        state["client_pos"] = self._client_pos.copy()
+        state["arrival_pos"] = np.array(self._arrival_pos)
+        # a client's partly used chunk is saved as the generator state it was drawn from
+        current = generators_to_arrays(self._rngs)
+        drawn = self._client_pos < CHUNK
+        words = {k: np.where(drawn, self._client_snapshot[k], v) for k, v in current.items()}
+        state.update(with_prefix("rng.", words))
+        arrival = (
+            self._arrival_snapshot
+            if self._arrival_pos < CHUNK
+            else generators_to_arrays([self._arrival_rng])
+        )
+        state.update(with_prefix("arrival_rng.", arrival))
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        if not self.sequential:
+            super().load_state_dict(state)
+            return
+        restore(self, self._STATE, state)
+        self._rngs = generators_from_arrays(strip_prefix("rng.", state))
+        self._client_snapshot = generators_to_arrays(self._rngs)
+        self._client_pos = np.asarray(state["client_pos"], dtype=np.int64).copy()
+        for row in np.flatnonzero(self._client_pos < CHUNK):
+            self._draw_client(int(row), snapshot=False)
+        self._arrival_rng = generators_from_arrays(strip_prefix("arrival_rng.", state))[0]
+        self._arrival_pos = int(state["arrival_pos"])
+        if self._arrival_pos < CHUNK:
+            self._draw_arrivals()
+        self._actor = -1
 
     def record(self) -> RegretRecord:
         if np.abs(self._diff).max(initial=0.0) >= 2.0**52:

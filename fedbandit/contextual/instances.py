@@ -53,6 +53,12 @@ class ContextualParams(BaseModel):
     num_points: int = Field(3, ge=1, description="support size of the 'points' law")
     subspace_dim: int = Field(1, ge=0, description="dimension of the 'subspace' law")
     participation: float = Field(1.0, gt=0, le=1, description="chance a client acts in a round")
+    arrival: Literal["synchronous", "sequential"] = Field(
+        "synchronous",
+        description="synchronous: every client acts in every round (T rounds); sequential: one "
+        "client drawn uniformly acts per global step (T global steps), as in the papers' "
+        "simulations",
+    )
     balance_draws: int = Field(
         1, ge=1, le=1000, description="parameter sets drawn; the most balanced one is kept"
     )
@@ -62,6 +68,8 @@ class ContextualParams(BaseModel):
     def _check(self) -> ContextualParams:
         if self.contexts == "subspace" and self.subspace_dim >= self.dim:
             raise ValueError("subspace_dim must be smaller than dim for 'subspace' contexts")
+        if self.arrival == "sequential" and self.participation < 1:
+            raise ValueError("the sequential arrival order draws who acts: participation must be 1")
         return self
 
 
