@@ -32,6 +32,7 @@ $(STAMP): setup.cfg pyproject.toml
 
 experiment: $(STAMP)
 	$(BIN)/fedbandit run $(NAME) $(if $(DATA),--set 'instance.path=$(DATA)') $(ARGS)
+	@echo "fedbandit is installed in $(BIN): 'source $(BIN)/activate' puts it on your PATH"
 
 list: $(STAMP)
 	$(BIN)/fedbandit list

@@ -47,6 +47,19 @@ _EXPORTS: dict[str, str] = {
     "ServerLogic": "fedbandit.federation.protocol",
     "ClientLogic": "fedbandit.federation.protocol",
     "Message": "fedbandit.federation.messages",
+    "broadcast": "fedbandit.federation.messages",
+    "remove_clients": "fedbandit.federation.protocol",
+    # running a federation by hand (tests of an algorithm, a runtime of your own)
+    "build_federation": "fedbandit.simulation",
+    "run_federation": "fedbandit.federation.runtime",
+    "Runtime": "fedbandit.federation.runtime",
+    "InProcessRuntime": "fedbandit.federation.runtime",
+    "ClientFailure": "fedbandit.federation.runtime",
+    "FederationResult": "fedbandit.federation.runtime",
+    # randomness
+    "domain_generator": "fedbandit.rng",
+    "client_generators": "fedbandit.rng",
+    "INSTANCE_DOMAIN": "fedbandit.rng",
     # extending: instances
     "InstanceKindSpec": "fedbandit.registry",
     "Instance": "fedbandit.instances",
@@ -61,16 +74,20 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "INSTANCE_DOMAIN",
     "AlgorithmSpec",
     "BanditEnvironment",
+    "ClientFailure",
     "ClientLogic",
     "ConfigError",
     "DataError",
     "DeploymentError",
     "ExperimentConfig",
     "FedbanditError",
+    "FederationResult",
     "GroupEnvironment",
     "Hyperparameters",
+    "InProcessRuntime",
     "Instance",
     "InstanceKindSpec",
     "LinearBanditInstance",
@@ -79,18 +96,25 @@ __all__ = [
     "ProblemSpec",
     "Results",
     "RunSpec",
+    "Runtime",
     "RuntimeOptions",
     "SeedResult",
     "ServerLogic",
     "__version__",
+    "broadcast",
+    "build_federation",
     "build_instance",
+    "client_generators",
+    "domain_generator",
     "get_algorithm",
     "get_instance_kind",
     "list_algorithms",
     "list_instance_kinds",
     "load_experiment",
     "load_results",
+    "remove_clients",
     "run",
+    "run_federation",
     "simulate",
 ]
 
@@ -128,9 +152,17 @@ if TYPE_CHECKING:
     from fedbandit.config import ExperimentConfig, load_experiment
     from fedbandit.environment import BanditEnvironment, GroupEnvironment
     from fedbandit.errors import ConfigError, DataError, DeploymentError, FedbanditError
-    from fedbandit.federation.messages import Message
-    from fedbandit.federation.protocol import ClientLogic, ServerLogic
+    from fedbandit.federation.messages import Message, broadcast
+    from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
+    from fedbandit.federation.runtime import (
+        ClientFailure,
+        FederationResult,
+        InProcessRuntime,
+        Runtime,
+        run_federation,
+    )
     from fedbandit.instances import Instance, LinearBanditInstance, build_instance
     from fedbandit.registry import InstanceKindSpec
+    from fedbandit.rng import INSTANCE_DOMAIN, client_generators, domain_generator
     from fedbandit.runspec import RunSpec, RuntimeOptions
-    from fedbandit.simulation import SeedResult
+    from fedbandit.simulation import SeedResult, build_federation

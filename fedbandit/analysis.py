@@ -19,6 +19,26 @@ def mean_ci95(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray
     return mean, mean - half, mean + half
 
 
+#: How every interval fedbandit reports is made; printed with it.
+INTERVAL = "95% Student-t interval of the mean over seeds"
+#: Below this many seeds the plots draw each seed's curve instead of a band (a Student-t band of
+#: two or three curves pinches where they cross and its lower edge can fall below zero).
+MIN_SEEDS_FOR_BAND = 5
+
+
+def interval_or_none(values: np.ndarray) -> tuple[float, float] | None:
+    """The 95% Student-t interval of the mean of ``values`` (1-d), with the lower end clipped at
+    0 when every value is non-negative (regret, communication); None for fewer than 2 values."""
+    values = np.asarray(values, dtype=float)
+    if values.size < 2:
+        return None
+    _, low_array, high_array = mean_ci95(values)
+    low, high = float(low_array), float(high_array)
+    if np.all(values >= 0):
+        low = max(low, 0.0)
+    return low, high
+
+
 def checkpoint_times(horizon: int) -> np.ndarray:
     """t = 2^k for every k with 2^k <= T."""
     return 2 ** np.arange(int(np.floor(np.log2(horizon))) + 1)

@@ -22,7 +22,7 @@ from fedbandit.config import (
     set_values,
     validate_experiment,
 )
-from fedbandit.errors import ConfigError
+from fedbandit.errors import ConfigError, DataError
 from fedbandit.registry import InstanceKindSpec, algorithms, instance_kinds
 
 if TYPE_CHECKING:
@@ -85,8 +85,27 @@ class Results:
         )
 
     def _title(self) -> str:
+        """Experiment, sizes, horizon, noise and seeds (and whether the run is incomplete)."""
+        facts = self.manifest.get("instance", {})
+        counts = self.curves.groupby("algorithm")["seed"].nunique()
+        low, high = (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
+        if high == 0:
+            shown = "no finished seed"
+        elif low != high:
+            shown = f"{low}-{high} seeds"
+        else:
+            shown = f"{low} seed" if low == 1 else f"{low} seeds"
+        sizes = ", ".join(
+            f"{label}={facts[key]:g}"
+            if isinstance(facts.get(key), float)
+            else f"{label}={facts[key]}"
+            for label, key in (("M", "num_clients"), ("K", "num_arms"), ("d", "dim"))
+            if key in facts
+        )
+        sigma = facts.get("noise_sigma")
+        noise = f", sigma={sigma:g}" if isinstance(sigma, (int, float)) else ""
         status = "" if self.complete else " [incomplete]"
-        return f"{self.config.name}{status}"
+        return f"{self.config.name}{status}\n{sizes}, T={self.config.horizon}{noise}, {shown}"
 
 
 def load_results(run_dir: str | Path) -> Results:
@@ -105,9 +124,11 @@ def load_results(run_dir: str | Path) -> Results:
     for algorithm in manifest["algorithms"]:
         for seed in completed_seeds(run_dir, algorithm, manifest["seeds"]):
             stem = seed_stem(run_dir, algorithm, seed)
-            curve = pd.read_csv(stem.with_suffix(".regret.csv"))
+            curve = _read_table(stem.with_suffix(".regret.csv"), ["t", "regret"])
             curves.append(curve.assign(algorithm=algorithm, seed=seed))
-            comm = pd.read_csv(stem.with_suffix(".comm.csv"))
+            comm = _read_table(
+                stem.with_suffix(".comm.csv"), ["round", "direction", "t", "scalars"]
+            )
             communication.append(comm.assign(algorithm=algorithm, seed=seed))
     curve_columns = ["algorithm", "seed", "t", "regret"]
     comm_columns = ["algorithm", "seed", "round", "kind", "direction", "t", "messages"]
@@ -127,6 +148,26 @@ def load_results(run_dir: str | Path) -> Results:
         summary=pd.DataFrame(rows),
         run_dir=run_dir,
     )
+
+
+def _read_table(path: Path, columns: list[str]) -> pd.DataFrame:
+    """A result CSV with ``columns`` of finite numbers (``direction`` aside); a DataError naming
+    the file otherwise (a hand-edited or truncated file)."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as err:  # pandas' parser errors are ValueErrors
+        raise DataError(f"{path}: not a readable result table ({err})") from None
+    if missing := [c for c in columns if c not in frame.columns]:
+        raise DataError(f"{path}: columns {missing} are missing (a hand-edited file?)")
+    numeric = [c for c in columns if c != "direction"]
+    values = frame[numeric].apply(pd.to_numeric, errors="coerce")
+    if (values.isna() & frame[numeric].notna()).to_numpy().any():  # text where numbers belong
+        raise DataError(f"{path}: non-numeric values in {numeric} (a hand-edited file?)")
+    if "t" in frame and len(frame) and not frame["t"].is_monotonic_increasing:
+        raise DataError(f"{path}: the t column is not increasing (a hand-edited file?)")
+    return frame
 
 
 def _frame(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
@@ -182,6 +223,7 @@ def run(
     workers: int | None = None,
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
     progress: bool = True,
+    force: bool = False,
 ) -> Results:
     """Run an experiment and return its results.
 
@@ -191,6 +233,7 @@ def run(
     ``RuntimeOptions`` (for ``flower``: the SuperLink and TLS options). With ``out`` the results
     folder is written (and an existing one resumed) with plots, as by ``fedbandit run``; with
     ``out=None`` the run is made in a temporary folder that is read into memory and deleted.
+    A run whose memory estimate exceeds the available memory is refused unless ``force``.
     """
     from fedbandit.runner import run_experiment
     from fedbandit.runspec import RuntimeOptions
@@ -201,13 +244,15 @@ def run(
     options = runtime if isinstance(runtime, RuntimeOptions) else RuntimeOptions.of(runtime=runtime)
     selected = list(algorithms) if algorithms is not None else None
     if out is not None:
-        run_dir = run_experiment(config, Path(out), workers, progress, options, selected)
+        run_dir = run_experiment(
+            config, Path(out), workers, progress, options, selected, force=force
+        )
         return load_results(run_dir)
     if options.runtime == "flower":
         raise ConfigError("runtime 'flower' writes its results on the SuperLink host: give out=")
     with tempfile.TemporaryDirectory(prefix="fedbandit-") as folder:
         run_dir = run_experiment(
-            config, Path(folder), workers, progress, options, selected, plots=False
+            config, Path(folder), workers, progress, options, selected, plots=False, force=force
         )
         results = load_results(run_dir)
     return Results(

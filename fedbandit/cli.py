@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from fedbandit.config import available_experiments, load_experiment
-from fedbandit.errors import FedbanditError
+from fedbandit.errors import ConfigError, FedbanditError
 from fedbandit.threads import single_threaded_blas
 
 
@@ -88,7 +90,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         root_certificates=args.root_certificates,
     )
     args.out = args.out or default_out_dir(config)
-    print(f"results folder: {args.out}", flush=True)
     results = run(
         config,
         algorithms=args.algorithms.split(",") if args.algorithms else None,
@@ -96,11 +97,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         out=args.out,
         workers=args.workers,
         progress=not args.quiet,
+        force=args.force,
     )
     run_dir = Path(args.out)
     print(summary_table(read_json(run_dir / "summary.json")))
-    print(f"results: {run_dir}")
-    print(f"plots:   {run_dir / 'plots' / 'regret.png'}, {run_dir / 'plots' / 'communication.png'}")
+    print(f"results: {run_dir} (plots in its plots/ folder)")
     manifest = results.manifest
     for seed, reason in manifest.get("aborted_seeds", {}).items():
         print(f"fedbandit: {seed} aborted (results so far kept): {reason}", file=sys.stderr)
@@ -251,9 +252,12 @@ def _add_deployment_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
+    from fedbandit.api import load_results
     from fedbandit.plotting import plot_run
 
     run_dir = Path(args.run_dir)
+    if load_results(run_dir).curves.empty:
+        raise ConfigError(f"{run_dir}: no seed has finished yet, so there is nothing to plot")
     for path in plot_run(run_dir, log_x=True if args.log_x else None):
         print(path)
     return 0
@@ -308,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument(
+        "--force", action="store_true", help="run even when the memory estimate exceeds the RAM"
+    )
+    run.add_argument(
         "--runtime",
         choices=list(RUNTIMES),
         default="local",
@@ -357,9 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM ends a command as Ctrl-C does: workers stopped, the folder marked incomplete."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     single_threaded_blas()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return args.func(args)
     except FedbanditError as err:

@@ -6,6 +6,7 @@ message naming the file, the key, the value and what was expected.
 
 from __future__ import annotations
 
+import copy
 import os
 import tomllib
 from pathlib import Path
@@ -176,8 +177,12 @@ def load_experiment(name_or_path: str, overrides: list[str] | None = None) -> Ex
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
     data.setdefault("name", path.stem)
-    apply_overrides(data, overrides or [])
-    return validate_experiment(data, source=str(path))
+    if not overrides:
+        return validate_experiment(data, source=str(path))
+    validate_experiment(copy.deepcopy(data), source=str(path))  # the file's own mistakes first
+    apply_overrides(data, overrides)
+    shown = " ".join(f"--set {text}" for text in overrides)
+    return validate_experiment(data, source=f"{shown} (over {path})")
 
 
 def validate_experiment(data: dict[str, Any], source: str = "<config>") -> ExperimentConfig:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from fedbandit.analysis import mean_ci95
+from fedbandit.analysis import MIN_SEEDS_FOR_BAND, mean_ci95
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -37,28 +37,79 @@ def plot_regret_curves(
     title: str | None = None,
 ) -> Axes:
     """Per-client cumulative regret R(t)/M against t from a long frame (algorithm, seed, t,
-    regret): the mean over seeds and a 95% Student-t band. With ``over_log_t``, R(t)/M / log t
-    (t >= 2): flat for logarithmic regret, falling for bounded."""
+    regret): the mean over seeds with a 95% Student-t band of the mean (lower end clipped at 0)
+    from ``MIN_SEEDS_FOR_BAND`` seeds on; with fewer seeds every seed's curve is drawn thin
+    instead, and a single seed has no interval. With ``over_log_t``, R(t)/M / log t (t >= 2):
+    flat for logarithmic regret, falling for bounded. A log t axis is used only where asked."""
     ax = _axes(ax)
     for algorithm, frame in curves.groupby("algorithm", sort=False):
-        table = frame.pivot(index="seed", columns="t", values="regret")
+        # Steps every seed reached (a truncated file shortens them all, never mixes them).
+        table = frame.pivot_table(index="seed", columns="t", values="regret").dropna(axis=1)
         t, values = table.columns.to_numpy(), table.to_numpy()
         if over_log_t:
             keep = t >= 2
             t, values = t[keep], values[:, keep] / np.log(t[keep])
-        mean, low, high = mean_ci95(values)
-        (line,) = ax.plot(t, mean, label=f"{algorithm} ({len(table)} seeds)")
-        ax.fill_between(t, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    if log_x:
+        if t.size == 0:
+            continue
+        seeds = len(table)
+        mean = values.mean(axis=0)
+        (line,) = ax.plot(t, mean, label=f"{algorithm} ({seeds} seed{'s' * (seeds != 1)})")
+        if seeds >= MIN_SEEDS_FOR_BAND:
+            _, low, high = mean_ci95(values)
+            low = np.maximum(low, 0.0) if np.all(values >= 0) else low
+            ax.fill_between(t, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        elif seeds > 1:
+            for row in values:
+                ax.plot(t, row, color=line.get_color(), linewidth=0.5, alpha=0.5)
+    if log_x and _positive_span(ax, "x"):
         ax.set_xscale("log")
-    ax.set_xlabel("t (pulls per client)")
+    ax.set_xlabel("t (pulls per client)" + (", log scale" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel("R(t)/M / log t" if over_log_t else "cumulative regret per client, R(t)/M")
     if title is not None:
-        ax.set_title(title)
+        ax.set_title(title, fontsize="medium")
     ax.grid(ls="--", alpha=0.5)
     if ax.lines:
-        ax.legend()
+        _legend_outside(ax)
+        ax.text(
+            0.99, 0.01, _band_note(curves), transform=ax.transAxes, fontsize="x-small",
+            ha="right", va="bottom", alpha=0.7,
+        )  # fmt: skip
+    else:
+        _nothing(ax, "no finished seed to plot" if curves.empty else "no t >= 2 to plot")
     return ax
+
+
+def _band_note(curves: pd.DataFrame) -> str:
+    seeds = curves.groupby("algorithm")["seed"].nunique()
+    if seeds.min() >= MIN_SEEDS_FOR_BAND:
+        return "band: 95% Student-t interval of the mean over seeds"
+    return (
+        f"thin lines: single seeds (a band needs >= {MIN_SEEDS_FOR_BAND} seeds)"
+        if seeds.max() > 1
+        else "one seed: no interval"
+    )
+
+
+def _positive_span(ax: Axes, axis: str) -> bool:
+    """Whether the drawn data on ``axis`` are positive and span more than one value (a log axis
+    of anything else fails or shows nothing)."""
+    values = [
+        np.asarray(line.get_xdata() if axis == "x" else line.get_ydata(), dtype=float)
+        for line in ax.lines
+    ]
+    if not values:
+        return False
+    data = np.concatenate(values)
+    data = data[np.isfinite(data)]
+    return data.size > 1 and bool(np.all(data > 0)) and float(data.max()) > float(data.min())
+
+
+def _legend_outside(ax: Axes) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+
+
+def _nothing(ax: Axes, why: str) -> None:
+    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center")
 
 
 def plot_communication_frame(
@@ -95,9 +146,11 @@ def plot_communication_frame(
     listed = algorithms if algorithms is not None else communication.algorithm.unique().tolist()
     silent = [str(a) for a in listed if str(a) not in drawn_any]
     if ax.lines:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.legend(fontsize="small")
+        if _positive_span(ax, "x"):
+            ax.set_xscale("log")
+        if _positive_span(ax, "y"):
+            ax.set_yscale("log")
+        _legend_outside(ax)
     if silent:
         ax.text(
             0.02,

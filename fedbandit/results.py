@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedbandit.analysis import checkpoint_times, mean_ci95
+from fedbandit.analysis import INTERVAL, checkpoint_times, interval_or_none
 
 PACKAGES = ("fedbandit", "numpy", "scipy", "cvxpy", "clarabel", "flwr", "pandas", "matplotlib")
 
@@ -147,6 +147,12 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         "horizon": horizon,
         "seeds": manifest["seeds"],
         "status": manifest["status"],
+        "interval": INTERVAL + " (lower end clipped at 0; none for a single seed)",
+        "units": {
+            "final_regret": "R(T)/M: cumulative regret per client",
+            "uplink_scalars, downlink_scalars, *_bytes, *_messages": "whole run, all clients",
+            "*_per_client": "whole run, per client",
+        },
     }
     for algorithm in manifest["algorithms"]:
         seeds = completed_seeds(run_dir, algorithm, manifest["seeds"])
@@ -155,10 +161,11 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         t, curves = load_curves(run_dir, algorithm, seeds)
         infos = [read_json(seed_stem(run_dir, algorithm, s).with_suffix(".json")) for s in seeds]
         final = curves[:, -1]
-        mean, low, high = mean_ci95(final)
+        interval = interval_or_none(final)
         entry: dict[str, Any] = {
-            "final_regret_mean": float(mean),
-            "final_regret_ci95": [float(low), float(high)],
+            "final_regret_mean": float(np.mean(final)),
+            #: None with a single seed (no interval); see "interval" for how it is made.
+            "final_regret_ci95": list(interval) if interval is not None else None,
             "seconds_per_seed": float(np.mean([i["seconds"] for i in infos])),
             "seeds_completed": seeds,
         }
@@ -173,6 +180,9 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         ):
             values = [i["totals"][key] for i in infos]
             entry[key] = int(values[0]) if len(set(values)) == 1 else float(np.mean(values))
+        clients = int(manifest["instance"]["num_clients"])
+        for key in ("uplink_scalars", "downlink_scalars"):
+            entry[f"{key}_per_client"] = float(entry[key]) / clients
         half = int(np.searchsorted(t, horizon // 2))
         if t[half] == horizon // 2 and np.all(curves[:, half] > 0):
             entry["regret_growth_last_doubling"] = float(np.mean(curves[:, -1] / curves[:, half]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from importlib import metadata
 from pathlib import Path
@@ -23,7 +24,7 @@ from tqdm import tqdm
 from fedbandit.analysis import curve_grid
 from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError
-from fedbandit.instances import build_instance
+from fedbandit.instances import Instance, build_instance
 from fedbandit.results import (
     atomic_write_csv,
     atomic_write_json,
@@ -38,7 +39,7 @@ from fedbandit.results import (
 )
 from fedbandit.runspec import RunSpec, RuntimeOptions
 from fedbandit.runtimes import RUNTIMES, RuntimeEntry
-from fedbandit.simulation import SeedResult
+from fedbandit.simulation import SeedResult, build_server
 from fedbandit.threads import single_threaded_blas
 
 RESULTS_ROOT = Path("results")
@@ -114,11 +115,55 @@ def remove_stale_temporaries(run_dir: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
+def check_out_dir(run_dir: Path) -> None:
+    """The results folder exists (created if needed) and is writable; else a ConfigError."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--out {run_dir}: exists and is not a folder; choose another --out")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"--out {run_dir}: cannot create the results folder ({err.strerror or err})"
+        ) from None
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {run_dir}: the folder is not writable")
+
+
+def preflight(config: ExperimentConfig, instance: Instance, algorithms: list[str]) -> None:
+    """Build every algorithm's server on the instance before any seed runs, so that what an
+    algorithm refuses (its problem checks, too short a horizon) is one clear error up front."""
+    for algorithm in algorithms:
+        build_server(instance, algorithm, config.horizon, config.hyperparameters(algorithm))
+
+
+def check_memory(
+    config: ExperimentConfig, instance: Instance, algorithms: list[str], workers: int, force: bool
+) -> None:
+    """Refuse a run whose memory estimate exceeds what the machine has available (``force``
+    runs it anyway); the message gives the estimate and what to change."""
+    from fedbandit.registry import algorithms as registered
+    from fedbandit.resources import estimate_memory
+    from fedbandit.simulation import problem_spec
+
+    specs = [registered().get(name) for name in algorithms]
+    estimate = estimate_memory(specs, problem_spec(instance, config.horizon), workers)
+    if not estimate.fits and not force:
+        raise ConfigError(
+            f"this run needs {estimate.describe()}: use fewer --workers or clients, or --force "
+            "to run it anyway"
+        )
+
+
 def _prepare(
-    config: ExperimentConfig, run_dir: Path, workers: int, options: RuntimeOptions
+    config: ExperimentConfig,
+    run_dir: Path,
+    workers: int,
+    options: RuntimeOptions,
+    instance: Instance,
 ) -> dict[str, Any]:
     """Create or reopen the run folder; refuses to mix two different experiments, or runtime
-    options that change results, in one folder (the differing keys are named)."""
+    options that change results, in one folder (the differing keys are named), and refuses to
+    resume with fewer seeds than the folder holds finished (their files would be ignored)."""
     config_path = run_dir / "config.toml"
     manifest_path = run_dir / "manifest.json"
     current = config_dict(config)
@@ -149,10 +194,21 @@ def _prepare(
                 f"{run_dir} was run with other runtime options ({described}); resume it with "
                 "the same options or choose another --out"
             )
+        finished = [
+            f"{a}/seed_{s}"
+            for a in config.algorithms
+            for s in manifest.get("seeds", [])
+            if s >= config.seeds and seed_done(run_dir, a, s)
+        ]
+        if finished:
+            raise ConfigError(
+                f"{run_dir} holds finished seeds beyond the {config.seeds} asked for "
+                f"({', '.join(finished[:3])}{', ...' if len(finished) > 3 else ''}); resume "
+                f"with --seeds {len(manifest.get('seeds', []))} or choose another --out"
+            )
         remove_stale_temporaries(run_dir)
     else:
         manifest = {"created": dt.datetime.now().isoformat(timespec="seconds")}
-    instance = build_instance(config.instance)
     manifest.update(
         {
             "experiment": config.name,
@@ -210,6 +266,7 @@ def run_experiment(
     options: RuntimeOptions | None = None,
     algorithms: list[str] | None = None,
     plots: bool = True,
+    force: bool = False,
 ) -> Path:
     """Run every (algorithm, seed) not yet done in ``out_dir`` on the runtime of ``options``
     (default: local); ``algorithms`` restricts the run to some of the experiment's algorithms.
@@ -228,13 +285,23 @@ def run_experiment(
     if not entry.parallel:
         workers = 1  # the nodes do the parallel work
     workers = workers or min(os.cpu_count() or 1, config.seeds * len(selected))
-    manifest = _prepare(config, run_dir, workers, options)
+    instance = build_instance(config.instance)
+    preflight(config, instance, selected)
+    if entry.parallel:
+        check_memory(config, instance, selected, workers, force)
+    check_out_dir(run_dir)
+    resumed = (run_dir / "manifest.json").is_file()
+    manifest = _prepare(config, run_dir, workers, options, instance)
+    every = [(a, s) for a in selected for s in range(config.seeds)]
     tasks = [
         RunSpec(experiment=config, algorithm=a, seed=s, options=options)
-        for a in selected
-        for s in range(config.seeds)
+        for a, s in every
         if not seed_done(run_dir, a, s)
     ]
+    if progress:
+        done = len(every) - len(tasks)
+        what = f"resuming {run_dir}: {done} of {len(every)} runs already done"
+        print(f"fedbandit: {what if resumed else f'results folder {run_dir}'}", file=sys.stderr)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
     try:
         _run_tasks(tasks, run_dir, workers, bar)
@@ -248,10 +315,28 @@ def run_experiment(
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
     atomic_write_json(run_dir / "manifest.json", manifest)
     if plots:
-        from fedbandit.plotting import plot_run
-
-        plot_run(run_dir)
+        _plot(run_dir, manifest)
     return run_dir
+
+
+def _plot(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """The run's plots; the results are complete without them, so a plot that cannot be drawn
+    is recorded in the manifest (``plots_error``) and reported, not raised."""
+    from fedbandit.plotting import plot_run
+
+    try:
+        plot_run(run_dir)
+    except Exception as err:  # the files are whole; say what failed and how to redo it
+        manifest["plots_error"] = f"{type(err).__name__}: {err}"
+        atomic_write_json(run_dir / "manifest.json", manifest)
+        print(
+            f"fedbandit: warning: the plots were not made ({manifest['plots_error']}); the "
+            f"results are complete; retry with `fedbandit plot {run_dir}`",
+            file=sys.stderr,
+        )
+    else:
+        if manifest.pop("plots_error", None) is not None:
+            atomic_write_json(run_dir / "manifest.json", manifest)
 
 
 def _record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str, Any]) -> None:
@@ -291,28 +376,44 @@ def _run_tasks(tasks: list[RunSpec], run_dir: Path, workers: int, bar: tqdm) -> 
                     bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
                     bar.update()
         except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
+            _stop_workers(pool)
             raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop every worker now (Ctrl-C, SIGTERM or a failed task): running seeds are abandoned,
+    their temporary files removed by the caller; finished seeds' files are whole."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        if process.is_alive():
+            process.kill()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def summary_table(summary: dict[str, Any]) -> str:
     """A plain-text table of the summary for the terminal."""
     header = (
-        f"{'algorithm':<16}{'R(T)/M mean':>13}{'95% CI':>22}{'s/seed':>9}"
-        f"{'rounds':>8}{'up scalars':>13}{'down scalars':>14}"
+        f"{'algorithm':<16}{'R(T)/M':>10}{'95% interval':>22}{'s/seed':>9}"
+        f"{'rounds':>8}{'up/client':>12}{'down/client':>13}"
     )
     lines = [
         f"{summary['experiment']}: T = {summary['horizon']}, "
-        f"{len(summary['seeds'])} seeds, status {summary['status']}",
+        f"{len(summary['seeds'])} seed{'s' * (len(summary['seeds']) != 1)}, "
+        f"status {summary['status']}",
         header,
     ]
     for name, entry in summary.items():
         if not isinstance(entry, dict) or "final_regret_mean" not in entry:
             continue
-        low, high = entry["final_regret_ci95"]
+        interval = entry["final_regret_ci95"]
+        shown = "n/a (1 seed)" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
+        clients = entry.get("uplink_scalars_per_client", float("nan"))
+        down = entry.get("downlink_scalars_per_client", float("nan"))
         lines.append(
-            f"{name:<16}{entry['final_regret_mean']:>13.2f}{f'[{low:.2f}, {high:.2f}]':>22}"
-            f"{entry['seconds_per_seed']:>9.2f}{entry['rounds']:>8}"
-            f"{entry['uplink_scalars']:>13.4g}{entry['downlink_scalars']:>14.4g}"
+            f"{name:<16}{entry['final_regret_mean']:>10.2f}{shown:>22}"
+            f"{entry['seconds_per_seed']:>9.2f}{entry['rounds']:>8}{clients:>12.4g}{down:>13.4g}"
         )
+    lines.append(
+        "R(T)/M: cumulative regret per client at T (mean over seeds); interval: "
+        "95% Student-t over seeds; up/down: scalars sent per client over the run"
+    )
     return "\n".join(lines)

@@ -525,3 +525,26 @@ def test_harness_records_the_instance_facts(tmp_path):
     assert {"client_label_entropy_bits_mean", "best_arm_counts", "gap_median"} <= set(facts)
     summary = json.loads((out / "summary.json").read_text())
     assert set(config.algorithms) <= set(summary)
+
+
+def test_csv_without_a_header_line_is_detected_not_silently_shortened(tmp_path):
+    """mnist-style files have no header: their first sample must not become the column names."""
+    file = tmp_path / "nohead.csv"
+    file.write_text("".join(f"{'xyz'[i % 3]},{i},{i * 0.5}\n" for i in range(12)))
+    with pytest.raises(DatasetError, match=r"numbers where column names belong.*header = false"):
+        load_table(file, 0)
+    data = load_table(file, 0, header=False)
+    assert data.X.shape == (12, 2) and data.feature_names == ["1", "2"]
+    assert data.labels[0] == "x"  # the first line is a sample
+    with pytest.raises(DatasetError, match="give instance.label as the label column's 0-based"):
+        load_table(file, "0", header=False)
+    numeric_names = tmp_path / "named.csv"
+    numeric_names.write_text("label,1,2\n" + "".join(f"{'xy'[i % 2]},{i},{i}\n" for i in range(6)))
+    assert load_table(numeric_names, "label", header=True).feature_names == ["1", "2"]
+
+
+def test_csv_header_naming_a_column_twice_is_refused(tmp_path):
+    file = tmp_path / "dup.csv"
+    file.write_text("a,a,label\n" + "".join(f"{i},{i},{'xy'[i % 2]}\n" for i in range(6)))
+    with pytest.raises(DatasetError, match=r"names columns twice \('a'\)"):
+        load_table(file, "label")

@@ -51,7 +51,7 @@ def test_run_writes_every_file_and_a_stable_summary(tmp_path):
     assert (out / "plots" / "regret.png").stat().st_size > 10_000
     assert (out / "plots" / "communication.png").stat().st_size > 10_000
     assert (out / "config.toml").read_text().count("fedpe_tiny") == 1
-    assert plot_regret(out).get_title() == "fedpe_tiny"
+    assert plot_regret(out).get_title().startswith("fedpe_tiny\nM=20, K=5, d=3")
 
 
 def test_workers_do_not_change_results(tmp_path):
@@ -84,7 +84,7 @@ def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch)
     done = sorted(p.name for p in (out / "runs").rglob("*.json"))
     assert done == ["seed_0.json", "seed_0.json", "seed_1.json", "seed_1.json"]
     assert main(["plot", str(out)]) == 0  # plots of what finished, marked incomplete
-    assert plot_regret(out).get_title() == "fedpe_tiny [incomplete]"
+    assert plot_regret(out).get_title().startswith("fedpe_tiny [incomplete]\n")
 
     stale = out / "runs" / "fedpe" / ".seed_0.json.k3j2.tmp"  # as a killed writer leaves it
     stale.write_text("{")

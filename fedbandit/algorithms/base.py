@@ -59,6 +59,9 @@ class AlgorithmSpec(Generic[Params]):
     make_client: Callable[[ProblemSpec, Params, GroupEnvironment], ClientLogic]
     needs_shared_parameter: bool = False
     contextual: bool = False
+    #: Bytes one seed needs per client (for the estimate made before a run); None: the generic
+    #: formula of ``fedbandit.resources`` for the algorithm's kind of instance.
+    memory_per_client: Callable[[ProblemSpec], float] | None = None
 
     def check_problem(self, spec: ProblemSpec) -> None:
         if self.contextual != spec.contextual:

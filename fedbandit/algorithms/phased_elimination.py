@@ -30,6 +30,7 @@ from pydantic import Field
 from fedbandit.algorithms.base import Hyperparameters, ProblemSpec
 from fedbandit.design import solve_design_fast
 from fedbandit.environment import BanditEnvironment
+from fedbandit.errors import ConfigError
 from fedbandit.estimators import (
     aggregate_directions,
     aggregate_least_squares,
@@ -85,6 +86,11 @@ class PhasedEliminationServer(ServerLogic):
     """Aggregates local estimates per group and solves the multi-client G-optimal design."""
 
     def __init__(self, spec: ProblemSpec, params: PhasedEliminationParams, variant: Variant):
+        if spec.horizon < spec.num_arms:
+            raise ConfigError(
+                f"phased elimination needs horizon >= K = {spec.num_arms} (phase 0 pulls every "
+                f"arm once per client), got horizon = {spec.horizon}"
+            )
         self.spec, self.params, self.variant = spec, params, variant
         self.group, self.num_groups = _groups(spec.num_arms, variant.shared)
         self.final_phase = last_phase(spec.horizon, spec.num_arms)

@@ -73,7 +73,14 @@ class ClassificationContextualParams(BaseModel):
     )
     path: str | None = Field(None, min_length=1, description="the user's table (as kind 'table')")
     label: str | int | None = Field(
-        None, description="CSV: the label column's name (or index); .npy: its index (default -1)"
+        None,
+        description="CSV: the label column, by name (a string) or by 0-based index (an integer; "
+        "negative counts from the end); .npy: its index (default -1)",
+    )
+    header: bool | None = Field(
+        None,
+        description="CSV: whether the first line names the columns; None (default): yes, but a "
+        "first line with numbers or repeated names is refused (say true or false)",
     )
     num_clients: int = Field(10, ge=1, description="M, number of clients")
     dim: int | None = Field(
@@ -105,6 +112,8 @@ class ClassificationContextualParams(BaseModel):
             )
         if self.label is not None and self.path is None:
             raise ValueError("instance.label applies to a table (instance.path) only")
+        if self.header is not None and self.path is None:
+            raise ValueError("instance.header applies to a table (instance.path) only")
         if self.intercept and self.dim == 1:
             raise ValueError("dim counts the intercept: dim >= 2 is needed when intercept = true")
         if self.classes is not None and len({str(c) for c in self.classes}) != len(self.classes):
@@ -433,7 +442,8 @@ def build_classification_contextual(
         if params.dataset is not None:
             data, name = bundled_dataset(params.dataset), f"contextual_{params.dataset}"
         else:
-            data, name = load_table(file, params.label), f"contextual_table_{file.name}"
+            data = load_table(file, params.label, params.header)
+            name = f"contextual_table_{file.name}"
         instance = contextual_from_data(data, params, name)
         if len(_MEMO) >= _MEMO_SIZE:
             _MEMO.pop(next(iter(_MEMO)))

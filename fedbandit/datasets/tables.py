@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import math
 import zipfile
 import zlib
@@ -86,7 +87,14 @@ class TableParams(_ClassificationParams):
     kind: Literal["table"] = "table"
     path: str = Field(min_length=1, description="the table file")
     label: str | int | None = Field(
-        None, description="CSV: the label column's name (or index); .npy: its index (default -1)"
+        None,
+        description="CSV: the label column, by name (a string) or by 0-based index (an integer; "
+        "negative counts from the end); .npy: its index (default -1)",
+    )
+    header: bool | None = Field(
+        None,
+        description="CSV: whether the first line names the columns; None (default): yes, but a "
+        "first line with numbers or repeated names is refused (say true or false)",
     )
 
 
@@ -111,9 +119,38 @@ def _first_bad(values: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(~np.isfinite(values))[0])
 
 
-def _read_csv(file: Path, label: str | int | None) -> LabelledData:
+def _check_header(file: Path, header: list[str], declared: bool | None) -> None:
+    """Refuse a first line that is probably data (numbers) or names columns twice: silently
+    taking a sample as column names would lose it and misname every column."""
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise DatasetError(
+            f"{file}: the header names columns twice ({', '.join(map(repr, repeated[:5]))}); "
+            "rename them, or set instance.header = false to number the columns from 0"
+        )
+    numeric = [name for name in header if _is_float(name)]
+    if numeric and declared is None:
+        shown = ", ".join(header[:6]) + (", ..." if len(header) > 6 else "")
+        raise DatasetError(
+            f"{file}: the first line ({shown}) has numbers where column names belong "
+            f"({len(numeric)} of {len(header)} cells): if the file has no header line, set "
+            "instance.header = false (columns are then numbered from 0 and instance.label is "
+            "the label column's index); if those numbers are the column names, set "
+            "instance.header = true"
+        )
+
+
+def _read_csv(file: Path, label: str | int | None, has_header: bool | None = None) -> LabelledData:
     if label is None:
-        raise DatasetError(f"{file}: set instance.label to the name of the label column")
+        raise DatasetError(
+            f"{file}: set instance.label to the label column's name (a string) or 0-based "
+            "index (an integer)"
+        )
+    if has_header is False and not isinstance(label, int):
+        raise DatasetError(
+            f"{file}: with instance.header = false the columns have no names; give "
+            f"instance.label as the label column's 0-based index (an integer), not {label!r}"
+        )
     opener: Any = gzip.open if file.name.lower().endswith(".gz") else open
     rows: list[list[float]] = []
     labels: list[str] = []
@@ -121,12 +158,16 @@ def _read_csv(file: Path, label: str | int | None) -> LabelledData:
     try:
         with opener(file, "rt", newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
-            header = [cell.strip() for cell in next(reader, [])]
+            first = [cell.strip() for cell in next(reader, [])]
             line = reader.line_num
-            if not any(header):
-                raise DatasetError(
-                    f"{file}: empty file (a header line naming the columns is needed)"
-                )
+            if not any(first):
+                raise DatasetError(f"{file}: empty file")
+            if has_header is False:
+                header = [str(j) for j in range(len(first))]
+                pending = [first]
+            else:
+                header, pending = first, []
+                _check_header(file, header, has_header)
             if isinstance(label, int):
                 if not -len(header) <= label < len(header):
                     raise DatasetError(f"{file}: label column index {label} out of range")
@@ -143,7 +184,7 @@ def _read_csv(file: Path, label: str | int | None) -> LabelledData:
             columns = [j for j in range(len(header)) if j != target]
             if not columns:
                 raise DatasetError(f"{file}: no feature columns besides the label")
-            for row in reader:
+            for row in itertools.chain(pending, reader):
                 line = reader.line_num
                 if not any(cell.strip() for cell in row):
                     continue
@@ -265,10 +306,13 @@ def _read_npz(file: Path) -> LabelledData:
     return LabelledData(X, labels, [f"X[:, {j}]" for j in range(X.shape[1])], str(file))
 
 
-def load_table(path: str | Path, label: str | int | None = None) -> LabelledData:
-    """Read a classification table: .csv / .csv.gz (header line, ``label`` names the label
-    column), .npy (2-d numeric, ``label`` = label column index, default last) or .npz (arrays
-    ``X`` and ``y``). Errors name the file and, for CSV, the line.
+def load_table(
+    path: str | Path, label: str | int | None = None, header: bool | None = None
+) -> LabelledData:
+    """Read a classification table: .csv / .csv.gz (a header line unless ``header`` is False;
+    ``label`` is the label column's name, a string, or 0-based index, an integer), .npy (2-d
+    numeric, ``label`` = label column index, default last) or .npz (arrays ``X`` and ``y``).
+    Errors name the file and, for CSV, the line.
     """
     file = Path(path).expanduser()
     name = file.name.lower()
@@ -282,7 +326,7 @@ def load_table(path: str | Path, label: str | int | None = None) -> LabelledData
         return _read_npy(file, label)
     if name.endswith(".npz"):
         return _read_npz(file)
-    return _read_csv(file, label)
+    return _read_csv(file, label, header)
 
 
 def bundled_dataset(name: str) -> LabelledData:
@@ -465,7 +509,7 @@ def build_table(params: TableParams) -> Any:
     return memoised(
         f"table {content} {params.model_dump_json()}",
         lambda: classification_instance(
-            load_table(file, params.label), params, f"table_{file.name}"
+            load_table(file, params.label, params.header), params, f"table_{file.name}"
         ),
     )
 

@@ -3,6 +3,7 @@ in-process: same server and client logic, same seeds, same communication counts.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -24,6 +25,18 @@ FLOWER_ENVIRONMENT = {
 }
 
 
+class _QuietFlower(logging.Filter):
+    """Drops Flower's notice that ``run_simulation`` is deprecated (fedbandit uses it on purpose:
+    the simulation runs inside this process, which ``flwr run`` cannot do) and its per-round
+    INFO lines; warnings and errors about the run itself still reach the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "DEPRECATED FEATURE" in message or "deprecated feature" in message:
+            return False
+        return record.levelno >= logging.WARNING
+
+
 def simulate_flower(spec: RunSpec) -> SeedResult:
     """Run one seed of ``spec`` on ``spec.options.nodes`` virtual SuperNodes (default: up to 4),
     each hosting a contiguous range of clients."""
@@ -43,6 +56,8 @@ def simulate_flower(spec: RunSpec) -> SeedResult:
     # Ray's socket paths must stay short: a private folder under the system temp dir.
     ray_dir = tempfile.mkdtemp(prefix="fb-ray-")
     start = time.perf_counter()
+    quiet = _QuietFlower()
+    logging.getLogger("flwr").addFilter(quiet)
     try:
         run_simulation(
             server_app=build_server_app(job),
@@ -54,10 +69,13 @@ def simulate_flower(spec: RunSpec) -> SeedResult:
                     "_temp_dir": ray_dir,
                     "num_cpus": os.cpu_count() or 1,
                     "include_dashboard": False,
+                    # Ray's worker lines (actors ending as the simulation stops) stay in its logs.
+                    "log_to_driver": False,
                 },
             },
         )
     finally:
+        logging.getLogger("flwr").removeFilter(quiet)
         shutil.rmtree(ray_dir, ignore_errors=True)
     if not job.results:
         raise RuntimeError(

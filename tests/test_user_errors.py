@@ -1,0 +1,187 @@
+"""A new user's mistakes end in one clear line and exit code 2, never a traceback or lost data
+(issue 12: each test here failed on the code before it)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from fedbandit.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code, err, *needles):
+    assert code == 2, err
+    lines = [line for line in err.strip().splitlines() if line.startswith("fedbandit: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_fedpe_horizon_shorter_than_its_first_phase(capsys, tmp_path):
+    code, _, err = run_cli(
+        capsys, "run", "fedpe_tiny", "--set", "horizon=3", "--quiet", "--out", str(tmp_path / "o")
+    )
+    assert_one_line_error(code, err, "horizon >= K = 5", "got horizon = 3")
+    assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("problem", ["file", "impossible", "readonly"])
+def test_out_that_cannot_be_a_results_folder(capsys, tmp_path, problem):
+    target = tmp_path / "x"
+    if problem == "file":
+        target.write_text("")
+    elif problem == "impossible":
+        blocker = tmp_path / "blocker"
+        blocker.write_text("")
+        target = blocker / "x"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        target.mkdir(mode=0o500)
+    code, _, err = run_cli(capsys, "run", "fedpe_tiny", "--quiet", "--out", str(target))
+    assert_one_line_error(code, err, f"--out {target}")
+
+
+def test_contextual_run_with_horizon_one_is_complete_with_its_plots(capsys, tmp_path):
+    out = tmp_path / "c"
+    code, _, err = run_cli(
+        capsys, "run", "contextual_tiny", "--set", "horizon=1", "--seeds", "1", "--quiet",
+        "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and "plots_error" not in manifest
+    assert (out / "plots" / "regret.png").is_file()
+    assert (out / "plots" / "regret_over_log_t.png").is_file()
+
+
+def test_plot_of_hand_truncated_or_empty_folders(capsys, tmp_path):
+    out = tmp_path / "r"
+    assert main(["run", "fedpe_tiny", "--seeds", "2", "--set", "horizon=256", "--quiet",
+                 "--out", str(out)]) == 0  # fmt: skip
+    capsys.readouterr()
+    curve = out / "runs" / "fedpe" / "seed_0.regret.csv"
+    lines = curve.read_text().splitlines(keepends=True)
+    curve.write_text("".join(lines[:20]))  # fewer steps than the other seed: plotted where shared
+    assert main(["plot", str(out)]) == 0
+    curve.write_text("".join(lines[:20]) + lines[20][:2])  # cut mid-line: named, not a traceback
+    code, _, err = run_cli(capsys, "plot", str(out))
+    assert code == 0 or "seed_0.regret.csv" in err, err
+    assert "Traceback" not in err
+    curve.write_text("".join(lines))
+    (out / "runs" / "fedpe" / "seed_1.regret.csv").write_text("t,regret\n1,abc\n")
+    code, _, err = run_cli(capsys, "plot", str(out))
+    assert_one_line_error(code, err, "seed_1.regret.csv", "non-numeric")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "manifest.json").write_text((out / "manifest.json").read_text())
+    code, _, err = run_cli(capsys, "plot", str(empty))
+    assert_one_line_error(code, err, "no seed has finished")
+
+
+def test_workers_zero_and_negative_are_refused(capsys):
+    for value in ("0", "-3"):
+        code, _, err = run_cli(capsys, "run", "fedpe_tiny", "--workers", value, "--quiet")
+        assert_one_line_error(code, err, f"--workers must be >= 1, got {value}")
+
+
+def test_resuming_with_fewer_seeds_is_refused_and_resuming_is_said(capsys, tmp_path):
+    out = str(tmp_path / "r")
+    base = ["run", "fedpe_tiny", "--set", "horizon=128", "--out", out]
+    assert main([*base, "--seeds", "3", "--quiet"]) == 0
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, *base, "--seeds", "2", "--quiet")
+    assert_one_line_error(code, err, "finished seeds beyond the 2", "--seeds 3")
+    code, _, err = run_cli(capsys, *base, "--seeds", "3")
+    assert code == 0 and "resuming" in err and "12 of 12 runs already done" in err
+
+
+def test_set_errors_name_the_set_not_the_file(capsys):
+    code, _, err = run_cli(capsys, "run", "fedpe_tiny", "--set", "horizon=0", "--quiet")
+    assert_one_line_error(code, err, "--set horizon=0 (over ", "horizon")
+
+
+def test_one_seed_has_no_interval_and_units_are_stated(capsys, tmp_path):
+    out = tmp_path / "one"
+    code, stdout, _ = run_cli(
+        capsys, "run", "fedpe_tiny", "--seeds", "1", "--set", "horizon=256", "--out", str(out),
+        "--quiet",
+    )  # fmt: skip
+    assert code == 0
+    assert "n/a (1 seed)" in stdout and "up/client" in stdout and "per client" in stdout
+    assert stdout.count(str(out)) == 1  # the folder is named once
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fedpe"]["final_regret_ci95"] is None
+    assert "Student-t" in summary["interval"]
+    per_client = summary["fedpe"]["uplink_scalars_per_client"]
+    assert per_client == pytest.approx(summary["fedpe"]["uplink_scalars"] / 20)
+
+
+def test_two_seed_intervals_never_go_below_zero(tmp_path):
+    from fedbandit.analysis import interval_or_none
+
+    low, high = interval_or_none(np.array([1.0, 9.0]))
+    assert low == 0.0 and high > 9.0
+    assert interval_or_none(np.array([3.0])) is None
+
+
+def test_plot_titles_give_the_sizes_and_seeds(tmp_path):
+    import fedbandit
+
+    results = fedbandit.run("fedpe_tiny", seeds=2, overrides={"horizon": 128}, progress=False)
+    title = results._title()
+    for part in ("M=20", "K=5", "d=3", "T=128", "sigma=1", "2 seeds"):
+        assert part in title, title
+
+
+def test_sigint_to_the_main_process_alone_stops_every_worker(tmp_path):
+    """Only the main process gets the signal (as from `kill -INT`): workers must not run on."""
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_synthetic", "--workers", "2",
+         "--quiet", "--set", 'algorithms=["local_ucb"]', "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_children(process.pid)) < 2:
+            time.sleep(0.1)
+        workers = _children(process.pid)
+        assert workers, "no worker started"
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 130, err.decode()
+        time.sleep(0.5)
+        assert [pid for pid in workers if _alive(pid)] == []
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            text = handle.read()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+    except OSError:
+        return False
