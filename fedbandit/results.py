@@ -49,8 +49,13 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def json_text(data: Any) -> str:
+    """The JSON text fedbandit writes (indented, NumPy values as plain numbers)."""
+    return json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n"
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
+    atomic_write_text(path, json_text(data))
 
 
 def atomic_write_csv(path: Path, frame: pd.DataFrame) -> None:

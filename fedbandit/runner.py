@@ -26,10 +26,10 @@ from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError
 from fedbandit.instances import Instance, build_instance
 from fedbandit.results import (
-    atomic_write_csv,
     atomic_write_json,
     atomic_write_text,
     git_commit,
+    json_text,
     machine_facts,
     package_versions,
     read_json,
@@ -63,49 +63,60 @@ def run_task(spec: RunSpec, run_dir: str) -> float:
 __all__ = ["RUNTIMES", "RuntimeEntry", "run_experiment", "run_task", "write_seed_result"]
 
 
-def write_seed_result(
-    config: ExperimentConfig | dict[str, Any], run_dir: Path, seed: int, result: SeedResult
-) -> None:
-    """The files of one finished (algorithm, seed), the ``.json`` last (it marks the seed done).
+def seed_files(
+    config: ExperimentConfig | dict[str, Any], seed: int, result: SeedResult
+) -> dict[str, str]:
+    """The files of one finished (algorithm, seed) as texts, by path relative to the run folder,
+    in the order they are written: the ``.json`` last (it marks the seed done).
 
     The regret curve is stored at the steps of ``analysis.curve_grid(T)`` (every 2^k, T/2, T and
     about 1,500 points spaced evenly on a log and on a linear scale), not at every step."""
     if not isinstance(config, ExperimentConfig):
         config = validate_experiment(config)
     algorithm = result.algorithm
-    stem = seed_stem(run_dir, algorithm, seed)
+    stem = seed_stem(Path("."), algorithm, seed)
     grid = curve_grid(config.horizon)
     curve = result.regret.mean_cumulative_regret()
     if len(curve) == 0:  # every client was lost before reporting
         curve = np.full(config.horizon, np.nan)
-    atomic_write_csv(
-        stem.with_suffix(".regret.csv"), pd.DataFrame({"t": grid, "regret": curve[grid - 1]})
-    )
-    atomic_write_csv(stem.with_suffix(".comm.csv"), result.communication)
-    atomic_write_csv(
-        stem.with_suffix(".clients.csv"),
-        pd.DataFrame(
-            {
-                "client_id": result.regret.client_ids,
-                "regret": result.regret.client_regret,
-                "pulls": result.regret.client_pulls,
-            }
-        ),
-    )
-    atomic_write_json(
-        stem.with_suffix(".json"),
+    clients = pd.DataFrame(
         {
-            "algorithm": algorithm,
-            "seed": seed,
-            "seconds": result.seconds,
-            "totals": result.totals,
-            "final_regret": float(curve[-1]),
-            "status": result.status,
-            "failure": result.failure,
-            "dropped": {str(client): round_ for client, round_ in result.dropped.items()},
-            "clients_reported": len(result.regret.client_ids),
-        },
+            "client_id": result.regret.client_ids,
+            "regret": result.regret.client_regret,
+            "pulls": result.regret.client_pulls,
+        }
     )
+    info = {
+        "algorithm": algorithm,
+        "seed": seed,
+        "seconds": result.seconds,
+        "totals": result.totals,
+        "final_regret": float(curve[-1]),
+        "status": result.status,
+        "failure": result.failure,
+        "dropped": {str(client): round_ for client, round_ in result.dropped.items()},
+        "clients_reported": len(result.regret.client_ids),
+    }
+    regret = pd.DataFrame({"t": grid, "regret": curve[grid - 1]})
+    return {
+        str(stem.with_suffix(".regret.csv")): regret.to_csv(index=False),
+        str(stem.with_suffix(".comm.csv")): result.communication.to_csv(index=False),
+        str(stem.with_suffix(".clients.csv")): clients.to_csv(index=False),
+        str(stem.with_suffix(".json")): json_text(info),
+    }
+
+
+def write_files(run_dir: Path, files: dict[str, str]) -> None:
+    """Write ``seed_files`` output into ``run_dir``, each file atomically, in order."""
+    for relative, text in files.items():
+        atomic_write_text(Path(run_dir) / relative, text)
+
+
+def write_seed_result(
+    config: ExperimentConfig | dict[str, Any], run_dir: Path, seed: int, result: SeedResult
+) -> None:
+    """Write the files of one finished (algorithm, seed) (``seed_files``), the ``.json`` last."""
+    write_files(run_dir, seed_files(config, seed, result))
 
 
 def remove_stale_temporaries(run_dir: Path) -> None:

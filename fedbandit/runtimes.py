@@ -29,11 +29,15 @@ class RuntimeEntry:
     parallel: bool
 
 
-def _run_local(spec: RunSpec, run_dir: Path) -> float:
+def local_seed_files(spec: RunSpec) -> dict[str, str]:
+    """Run one seed in this process and return its result files as texts (``runner.seed_files``):
+    what a worker that shares no file system with the driver (a Ray task) sends back."""
     from fedbandit.instances import build_instance
-    from fedbandit.runner import write_seed_result
+    from fedbandit.runner import seed_files
     from fedbandit.simulation import simulate
+    from fedbandit.threads import single_threaded_blas
 
+    single_threaded_blas()
     config = spec.experiment
     result = simulate(
         build_instance(config.instance),
@@ -43,8 +47,15 @@ def _run_local(spec: RunSpec, run_dir: Path) -> float:
         config.hyperparameters(spec.algorithm),
         config.group_size,
     )
-    write_seed_result(config, run_dir, spec.seed, result)
-    return result.seconds
+    return seed_files(config, spec.seed, result)
+
+
+def _run_local(spec: RunSpec, run_dir: Path) -> float:
+    from fedbandit.runner import write_files
+
+    started = time.perf_counter()
+    write_files(run_dir, local_seed_files(spec))
+    return time.perf_counter() - started
 
 
 def _run_flower_sim(spec: RunSpec, run_dir: Path) -> float:
