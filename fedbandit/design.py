@@ -337,10 +337,14 @@ def log_pdet(
     *,
     rtol: float = 1e-9,
 ) -> float:
-    """Objective f(pi) = sum_g log pdet V_g(pi) on S_g (-inf if some V_g does not cover S_g)."""
+    """Objective f(pi) = sum_g log pdet V_g(pi) on S_g (-inf if some V_g does not cover S_g), with
+    V_g(pi) = sum pi u u^T of the vectors as given (the solver works on u / max|u|, whose f is
+    lower by 2 D log max|u|, D = sum_g dim S_g)."""
     prob = _prepare(vectors, active, group, rtol)
     pi = _check_weights(weights, prob.active, feasible=False)
-    return float(_pinv_variances(prob, pi)[2].sum())
+    scale = float(np.max(np.abs(_check_inputs(vectors, active, group)[0])))
+    rescaled = float(_pinv_variances(prob, pi)[2].sum())
+    return rescaled + 2.0 * prob.rank_total * math.log(scale)
 
 
 def _result(

@@ -13,7 +13,7 @@ in any order, and the merged curve is bit-identical however clients are grouped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +33,8 @@ from fedbandit.state import (
 _NO_PULLS, _BLOCKS, _STEPS = 0, 1, 2
 #: Noise draws per client per refill for step-by-step pulls (fixed: part of the stream layout).
 NOISE_CHUNK = 4096
+#: A compiled step kernel for ``BanditEnvironment.play_steps`` (see there for the arguments).
+StepKernel = Callable[..., None]
 
 
 @dataclass(frozen=True)
@@ -248,8 +250,65 @@ class BanditEnvironment(GroupEnvironment):
         self.pulls += 1
         return rewards
 
+    def play_steps(self, kernel: StepKernel, block: int = 512) -> None:
+        """Play the whole horizon step by step with a compiled kernel, in O(n K) memory.
+
+        The rewards and the regret are those of ``pull_arms`` called once per step (same noise
+        streams, same arithmetic), but the noise is drawn in chunks of ``NOISE_CHUNK`` steps for
+        ``block`` clients at a time, so memory does not grow with the number of clients times the
+        chunk, nor with the horizon. ``kernel(rows, first_step, count, means, noise_sigma, z,
+        gaps, gap_units, regret, step_totals)`` plays steps ``first_step .. first_step + count -
+        1`` (0-based) for the clients ``rows`` (a slice of the group): the learner's part picks
+        the arms and learns from the rewards ``means[i, arm] + noise_sigma * z[i, s]``; the
+        environment's part adds ``gaps[i, arm]`` to ``regret[i]`` and ``gap_units[i, arm]`` to
+        ``step_totals[s]``. Afterwards the state (pulls, regret, noise stream position) is the
+        state ``pull_arms`` would have left.
+        """
+        if self._mode != _NO_PULLS:
+            raise RuntimeError("play_steps needs an environment that has not been pulled yet")
+        self._mode = _STEPS
+        n, horizon = self.num_clients, self.horizon
+        z = np.empty((min(block, n), NOISE_CHUNK))
+        step_totals = np.zeros(NOISE_CHUNK)
+        for first in range(0, horizon, NOISE_CHUNK):
+            count = min(NOISE_CHUNK, horizon - first)
+            if first + count == horizon:
+                self._refill_snapshot = generators_to_arrays(self._rngs)
+            step_totals[:] = 0.0
+            for start in range(0, n, block):
+                rows = slice(start, min(start + block, n))
+                chunk = z[: rows.stop - start]
+                for j, rng in enumerate(self._rngs[rows]):
+                    rng.standard_normal(out=chunk[j])
+                kernel(
+                    rows,
+                    first,
+                    count,
+                    self._means[rows],
+                    self.noise_sigma,
+                    chunk,
+                    self._gaps[rows],
+                    self._gap_units[rows],
+                    self._regret[rows],
+                    step_totals,
+                )
+            # Integer-valued (fixed point) sums below 2^52: exact in any order.
+            self._diff[first : first + count] += step_totals[:count]
+            self._diff[first + 1 : first + count + 1] -= step_totals[:count]
+            self.pulls += count
+        # As after the last pull_arms: a partly used buffer is its generators' states and position.
+        self._noise = np.broadcast_to(np.float64(np.nan), (n, NOISE_CHUNK))
+        self._noise_pos = (horizon - 1) % NOISE_CHUNK + 1
+
     def _draw_buffer(self) -> None:
-        self._noise = np.stack([rng.standard_normal(NOISE_CHUNK) for rng in self._rngs])
+        # In place: one buffer of n x NOISE_CHUNK (stacking per-client draws next to the old
+        # buffer held three at the moment of a refill).
+        shape = (self.num_clients, NOISE_CHUNK)
+        if self._noise.shape != shape or not self._noise.flags.writeable:
+            self._noise = np.empty((0, 0))  # free the old buffer before allocating the new one
+            self._noise = np.empty(shape)
+        for row, rng in zip(self._noise, self._rngs, strict=True):
+            rng.standard_normal(out=row)
         self._noise_pos = 0
 
     def _buffer_position(self) -> int:

@@ -327,6 +327,25 @@ def test_warm_start_after_elimination_is_feasible_and_faster():
     assert np.all(warm.weights[reduced] > 0.0)
 
 
+def test_warm_start_meets_the_cold_certificate_bound_on_the_benchmark_instance():
+    """The benchmark instance (M=100, K=30, d=5) through Fed-PE-like phases: each design is
+    warm-started from the previous one, as the Fed-PE server does, and meets the same
+    certificate bound G/D - 1 <= 1e-3 as a cold solve of the same active sets."""
+    rng = np.random.default_rng(0)
+    vectors, active = random_design_problem(rng, 100, 30, 5)
+    previous = solve_design_fast(vectors, active, tol=1e-3)
+    for _ in range(3):
+        reduced = active & (rng.random(active.shape) >= 0.05)
+        reduced[np.arange(100), np.argmax(active, axis=1)] = True
+        cold = solve_design_fast(vectors, reduced, tol=1e-3)
+        warm = solve_design_fast(vectors, reduced, tol=1e-3, initial=previous.weights)
+        assert cold.converged and 0.0 <= cold.certificate <= 1e-3
+        assert warm.converged and 0.0 <= warm.certificate <= 1e-3
+        assert warm.g_value == pytest.approx(cold.g_value, rel=2e-3)
+        _assert_feasible(warm.weights, reduced)
+        previous, active = warm, reduced
+
+
 def test_poor_warm_start_is_discarded():
     vectors, active = paper_design_problem(np.random.default_rng(24), 30, 5, 3)
     bad = np.zeros(active.shape)
@@ -435,13 +454,42 @@ def test_bench_design_keys_and_targets():
         "fast_certificate",
         "cvxpy_certificate",
         "speedup",
+        "fast_seconds_median",
+        "cvxpy_seconds_median",
+        "speedup_median",
         "M",
         "K",
         "d",
         "fast_iterations",
+        "next_phase_cold_seconds",
+        "next_phase_cold_iterations",
+        "next_phase_cold_certificate",
+        "next_phase_warm_seconds",
+        "next_phase_warm_iterations",
+        "next_phase_warm_certificate",
+        "next_phase_warm_speedup_vs_cvxpy",
     }
     assert (out["M"], out["K"], out["d"]) == (100, 30, 5)
     assert 0.0 <= out["fast_certificate"] <= 1e-3
     assert 0.0 <= out["cvxpy_certificate"] <= 1e-3
     assert out["fast_iterations"] <= 15
     assert out["speedup"] == pytest.approx(out["cvxpy_seconds"] / out["fast_seconds"])
+    assert 0.0 <= out["next_phase_warm_certificate"] <= 1e-3
+    assert 0.0 <= out["next_phase_cold_certificate"] <= 1e-3
+
+
+def test_log_pdet_is_the_objective_of_the_vectors_as_given():
+    """f(pi) = sum_g log pdet V_g(pi) with V built from the given vectors: scaling every u by c
+    adds 2 D log c (D = sum_g dim S_g), and it matches a direct eigenvalue computation."""
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((3, 4, 3)) * 5.0
+    active = np.ones((3, 4), dtype=bool)
+    weights = np.full((3, 4), 0.25)
+    direct = sum(
+        weights[i, a] * np.outer(vectors[i, a], vectors[i, a]) for i in range(3) for a in range(4)
+    )
+    expected = float(np.linalg.slogdet(direct)[1])
+    group = np.zeros(4, dtype=int)
+    assert log_pdet(weights, vectors, active, group) == pytest.approx(expected, rel=1e-12)
+    scaled = log_pdet(weights, 0.1 * vectors, active, group)
+    assert scaled == pytest.approx(expected + 2 * 3 * math.log(0.1), rel=1e-12)

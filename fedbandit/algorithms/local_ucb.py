@@ -3,10 +3,18 @@
 Index (the authors' reference code; Lattimore & Szepesvari, "Bandit Algorithms", Ch. 8):
 UCB_a(t) = mean_a + sigma sqrt(2 log(1 + t log^2 t) / n_a), with untried arms first and ties to the
 lowest arm index. No communication: the server sends one empty start message.
+
+The steps run in a compiled kernel (numba) over the clients, in chunks of the environment's noise
+buffer (``BanditEnvironment.play_steps``): memory is O(n K) per group plus one chunk of noise for a
+block of clients, whatever the horizon. The arithmetic is the NumPy transcription's, operation for
+operation (``mean + bonus * inv_sqrt``, first maximum, ``mean += (r - mean) / n``, ``1 / sqrt(n)``;
+the bonus's ``log(t) ** 2`` is Python's ``pow``, as NumPy's scalar power is), so a seed's regret is
+bit-identical to the step-by-step ``pull_arms`` loop (``tests/test_local_ucb.py``).
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from pydantic import Field
 
@@ -22,8 +30,66 @@ class LocalUCBParams(Hyperparameters):
     noise_sigma: float | None = Field(None, gt=0)
 
 
+def ucb_bonuses(sigma: float, first_step: int, count: int) -> np.ndarray:
+    """sigma sqrt(2 log(1 + t log^2 t)) for t = first_step .. first_step + count - 1 (1-based),
+    equal bit for bit to the scalar expression with NumPy scalars (whose ``** 2`` is C ``pow``,
+    not ``x * x``: the square is taken with Python floats, which call ``pow`` too)."""
+    steps = np.arange(first_step, first_step + count, dtype=np.float64)
+    squares = np.array([x**2 for x in np.log(steps).tolist()])
+    return sigma * np.sqrt(2.0 * np.log(1.0 + steps * squares))
+
+
+@numba.njit(cache=True)
+def ucb_steps(
+    means: np.ndarray,
+    counts: np.ndarray,
+    inv_sqrt: np.ndarray,
+    bonuses: np.ndarray,
+    first_step: int,
+    count: int,
+    true_means: np.ndarray,
+    noise_sigma: float,
+    z: np.ndarray,
+    gaps: np.ndarray,
+    gap_units: np.ndarray,
+    regret: np.ndarray,
+    step_totals: np.ndarray,
+) -> None:
+    """Steps first_step .. first_step + count - 1 (0-based) of UCB for every client of the block.
+
+    Learner: arm = argmax_a means + bonus * inv_sqrt (arm t at steps t < K), then the running mean
+    and 1/sqrt(n) of the pulled arm. Environment (the ``play_steps`` contract): the reward
+    ``true_means[i, arm] + noise_sigma * z[i, s]`` and the regret bookkeeping."""
+    n, num_arms = means.shape
+    # Steps outer, clients inner: the clients' steps are independent, so the processor overlaps
+    # them (one client's step is a chain of dependent divisions, square roots and comparisons).
+    for s in range(count):
+        step = first_step + s
+        bonus = bonuses[s]
+        total = 0.0
+        for i in range(n):
+            if step < num_arms:
+                arm = step
+            else:
+                best = means[i, 0] + bonus * inv_sqrt[i, 0]
+                arm = 0
+                for a in range(1, num_arms):
+                    value = means[i, a] + bonus * inv_sqrt[i, a]
+                    if value > best:
+                        best = value
+                        arm = a
+            reward = true_means[i, arm] + noise_sigma * z[i, s]
+            pulls = counts[i, arm] + 1.0
+            counts[i, arm] = pulls
+            means[i, arm] += (reward - means[i, arm]) / pulls
+            inv_sqrt[i, arm] = 1.0 / np.sqrt(pulls)
+            regret[i] += gaps[i, arm]
+            total += gap_units[i, arm]
+        step_totals[s] += total  # integers below 2^52: exact in any order
+
+
 class LocalUCBClient(ClientLogic):
-    """Runs the whole horizon on receipt of ``start``, vectorised across the group's clients."""
+    """Runs the whole horizon on receipt of ``start``, compiled across the group's clients."""
 
     env: BanditEnvironment
 
@@ -35,22 +101,42 @@ class LocalUCBClient(ClientLogic):
         if message.kind != "start":
             raise ValueError(f"unknown message kind {message.kind!r} for local UCB")
         env = self.env
-        n, K = env.num_clients, env.num_arms
-        means = np.zeros(n * K)
-        counts = np.zeros(n * K)
-        inv_sqrt = np.zeros(n * K)
-        offsets = np.arange(n) * K
-        for step in range(1, env.horizon + 1):
-            if step <= K:
-                arms = np.full(n, step - 1)
-            else:
-                bonus = self.sigma * np.sqrt(2.0 * np.log(1.0 + step * np.log(step) ** 2))
-                arms = (means + bonus * inv_sqrt).reshape(n, K).argmax(axis=1)
-            flat = offsets + arms
-            rewards = env.pull_arms(arms)
-            counts[flat] += 1.0
-            means[flat] += (rewards - means[flat]) / counts[flat]
-            inv_sqrt[flat] = 1.0 / np.sqrt(counts[flat])
+        shape = (env.num_clients, env.num_arms)
+        means, counts, inv_sqrt = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        bonuses: dict[int, np.ndarray] = {}
+
+        def kernel(
+            rows: slice,
+            first: int,
+            count: int,
+            true_means: np.ndarray,
+            noise_sigma: float,
+            z: np.ndarray,
+            gaps: np.ndarray,
+            gap_units: np.ndarray,
+            regret: np.ndarray,
+            step_totals: np.ndarray,
+        ) -> None:
+            if first not in bonuses:  # one chunk of bonuses, shared by the blocks of clients
+                bonuses.clear()
+                bonuses[first] = ucb_bonuses(self.sigma, first + 1, count)
+            ucb_steps(
+                means[rows],
+                counts[rows],
+                inv_sqrt[rows],
+                bonuses[first],
+                first,
+                count,
+                true_means,
+                noise_sigma,
+                z,
+                gaps,
+                gap_units,
+                regret,
+                step_totals,
+            )
+
+        env.play_steps(kernel)
         return Message(
             "done", message.round, message.client_ids, {}, meta={"pulls": env.pulls.copy()}
         )

@@ -1,0 +1,113 @@
+"""Local UCB's compiled kernel against the step-by-step NumPy loop it replaced, and its memory."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from fedbandit.algorithms.base import ProblemSpec
+from fedbandit.algorithms.local_ucb import LocalUCBClient, LocalUCBParams, ucb_bonuses
+from fedbandit.bench.reference import local_ucb_numpy_loop
+from fedbandit.environment import NOISE_CHUNK, BanditEnvironment
+from fedbandit.federation.messages import Message
+from fedbandit.instances import PaperSyntheticParams, SyntheticParams, paper_synthetic, synthetic
+from fedbandit.simulation import problem_spec
+
+
+def _start(env: BanditEnvironment) -> Message:
+    return Message("start", 0, env.client_ids, {})
+
+
+def _compiled(instance, spec: ProblemSpec, ids, horizon, entropy, sigma=None, block=512):
+    env = instance.make_environment(ids, horizon, entropy)
+    client = LocalUCBClient(spec, LocalUCBParams(noise_sigma=sigma), env)
+    original = env.play_steps
+    env.play_steps = lambda kernel: original(kernel, block=block)  # type: ignore[method-assign]
+    client.handle(_start(env))
+    return env
+
+
+CASES = [
+    # instance, horizon, entropy, sigma override, client ids, block of clients
+    ("paper", 3000, [0, 0], None, slice(None), 512),
+    ("fedpe_synthetic", NOISE_CHUNK + 904, [0, 0], None, slice(None), 512),  # M = 100, K = 10
+    ("paper", 2 * NOISE_CHUNK + 17, [3, 1], None, slice(None), 7),
+    ("synthetic", NOISE_CHUNK, [5, 2], 2.0, slice(None), 512),
+    ("synthetic", 9, [1, 4], 0.3, slice(3, 11), 3),  # horizon < K: only forced pulls
+    ("synthetic", 700, [2, 9], None, slice(0, 1), 512),
+]
+
+
+def _instance(name: str):
+    if name == "fedpe_synthetic":  # the instance of experiments/fedpe_synthetic.toml
+        return paper_synthetic(PaperSyntheticParams())
+    if name == "paper":
+        return paper_synthetic(PaperSyntheticParams(num_clients=23, num_arms=6, dim=3))
+    return synthetic(SyntheticParams(num_clients=17, num_arms=10, dim=4, noise_sigma=0.7, seed=3))
+
+
+@pytest.mark.parametrize(("name", "horizon", "entropy", "sigma", "rows", "block"), CASES)
+def test_compiled_kernel_equals_the_numpy_loop(name, horizon, entropy, sigma, rows, block):
+    instance = _instance(name)
+    spec = problem_spec(instance, horizon)
+    ids = np.arange(instance.num_clients)[rows]
+    env = _compiled(instance, spec, ids, horizon, entropy, sigma, block)
+    ref = instance.make_environment(ids, horizon, entropy)
+    local_ucb_numpy_loop(ref, sigma if sigma is not None else spec.noise_sigma)
+    got, want = env.record(), ref.record()
+    np.testing.assert_array_equal(got.increment_diff, want.increment_diff)
+    np.testing.assert_array_equal(got.client_regret, want.client_regret)
+    np.testing.assert_array_equal(got.client_pulls, want.client_pulls)
+    assert np.array_equal(got.mean_cumulative_regret(), want.mean_cumulative_regret())
+    # The environment ends in the state the step-by-step loop leaves (noise streams included).
+    got_state, want_state = env.state_dict(), ref.state_dict()
+    assert got_state.keys() == want_state.keys()
+    for key in want_state:
+        np.testing.assert_array_equal(got_state[key], want_state[key], err_msg=key)
+
+
+def test_bonuses_equal_the_scalar_expression():
+    """NumPy's scalar ``x ** 2`` is C ``pow``, which differs from ``x * x`` in the last bit for
+    some x: the vectorised bonus must reproduce the scalar one exactly."""
+    for sigma in (1.0, 0.7):
+        steps = list(range(1, 2001)) + list(range(131072 - 2000, 131073))
+        want = [sigma * np.sqrt(2.0 * np.log(1.0 + t * np.log(t) ** 2)) for t in steps]
+        got = np.concatenate([ucb_bonuses(sigma, 1, 2000), ucb_bonuses(sigma, 129072, 2001)])
+        assert np.array_equal(got, np.array(want))
+
+
+def _peak_bytes(instance, horizon: int) -> int:
+    """Peak of the arrays and objects allocated while Local UCB plays (tracemalloc: NumPy reports
+    its buffers), not counting the environment built before."""
+    spec = problem_spec(instance, horizon)
+    env = instance.make_environment(np.arange(instance.num_clients), horizon, [0, 0])
+    client = LocalUCBClient(spec, LocalUCBParams(), env)
+    tracemalloc.start()
+    try:
+        client.handle(_start(env))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak
+
+
+def test_memory_does_not_grow_with_the_horizon():
+    instance = paper_synthetic(PaperSyntheticParams(num_clients=40, num_arms=10, dim=3))
+    _peak_bytes(instance, 64)  # compile / load the kernel outside the measurement
+    short, long = _peak_bytes(instance, NOISE_CHUNK), _peak_bytes(instance, 16 * NOISE_CHUNK)
+    # 16 times the horizon: the same peak (one chunk of noise, bonuses and step totals).
+    assert abs(long - short) < 64 * 1024, (short, long)
+    # ... far below one float per client and step (the horizon's 40 x 65,536 x 8 = 21 MB).
+    assert long < 40 * 16 * NOISE_CHUNK * 8 / 8
+
+
+def test_memory_of_the_noise_is_one_block_of_clients():
+    """The step-by-step environment drew M x 4,096 noise at once (and stacked a copy); the kernel
+    draws it for 512 clients at a time."""
+    instance = paper_synthetic(PaperSyntheticParams(num_clients=2000, num_arms=10, dim=3))
+    peak = _peak_bytes(instance, 16)
+    per_client_state = 3 * 10 * 8
+    assert peak < 512 * NOISE_CHUNK * 8 + 2000 * (per_client_state + 400) + 2**20, peak
+    assert peak < 2000 * NOISE_CHUNK * 8 / 3
