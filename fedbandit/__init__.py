@@ -28,6 +28,9 @@ _EXPORTS: dict[str, str] = {
     "load_results": "fedbandit.api",
     "simulate": "fedbandit.api",
     "Results": "fedbandit.api",
+    "run_sweep": "fedbandit.api",
+    "load_sweep": "fedbandit.sweep",
+    "SweepResults": "fedbandit.sweep",
     "SeedResult": "fedbandit.simulation",
     "ExperimentConfig": "fedbandit.config",
     "load_experiment": "fedbandit.config",
@@ -100,6 +103,7 @@ __all__ = [
     "RuntimeOptions",
     "SeedResult",
     "ServerLogic",
+    "SweepResults",
     "__version__",
     "broadcast",
     "build_federation",
@@ -112,9 +116,11 @@ __all__ = [
     "list_instance_kinds",
     "load_experiment",
     "load_results",
+    "load_sweep",
     "remove_clients",
     "run",
     "run_federation",
+    "run_sweep",
     "simulate",
 ]
 
@@ -147,6 +153,7 @@ if TYPE_CHECKING:
         list_instance_kinds,
         load_results,
         run,
+        run_sweep,
         simulate,
     )
     from fedbandit.config import ExperimentConfig, load_experiment
@@ -166,3 +173,4 @@ if TYPE_CHECKING:
     from fedbandit.rng import INSTANCE_DOMAIN, client_generators, domain_generator
     from fedbandit.runspec import RunSpec, RuntimeOptions
     from fedbandit.simulation import SeedResult, build_federation
+    from fedbandit.sweep import SweepResults, load_sweep

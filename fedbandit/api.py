@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from fedbandit.instances import Instance
     from fedbandit.runspec import RuntimeOptions
     from fedbandit.simulation import SeedResult
+    from fedbandit.sweep import SweepResults
 
 
 @dataclass(frozen=True)
@@ -331,3 +332,38 @@ def list_instance_kinds() -> list[InstanceKindSpec]:
     """Every registered instance kind, by kind: ``.description`` and ``.params``."""
     registry = instance_kinds()
     return [registry.entries[kind] for kind in registry]
+
+
+def run_sweep(
+    experiment: str | Path | ExperimentConfig | Mapping[str, Any],
+    *,
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    seeds: int | None = None,
+    seed_range: tuple[int, int] | None = None,
+    out: str | Path,
+    workers: int | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    overrides: Sequence[str] | Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> SweepResults:
+    """Run a parameter study (``fedbandit sweep``): the experiment's ``[sweep]`` table plus
+    ``grid`` (dotted key -> values), seeds 0..``seeds``-1 or ``seed_range`` (A, B), on ``executor``
+    ``local`` (long-lived worker processes) or ``ray`` (``address``: ``auto``, ``HOST:PORT`` or
+    None to start a local Ray). The folder ``out`` is written and resumed like a run folder."""
+    from fedbandit.sweep import load_sweep, seeds_of
+    from fedbandit.sweep import run_sweep as run_points
+
+    config = _experiment(experiment, overrides)
+    shard = f"{seed_range[0]}:{seed_range[1]}" if seed_range is not None else None
+    run_points(
+        config,
+        Path(out),
+        extra_grid=[(key, list(values)) for key, values in (grid or {}).items()],
+        seeds=seeds_of(config, seeds, shard),
+        workers=workers,
+        executor=executor,
+        address=address,
+        progress=progress,
+    )
+    return load_sweep(out)

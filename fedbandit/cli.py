@@ -1,7 +1,8 @@
 """Command line of fedbandit.
 
 Commands: ``list`` (experiments; ``--algorithms``, ``--instances``: what is registered, plugins
-included), ``run`` (an experiment on a runtime), ``plot`` (rebuild a results folder's plots),
+included), ``run`` (an experiment on a runtime), ``sweep`` (a parameter study), ``collect`` (one
+table from run folders), ``plot`` (rebuild a results or sweep folder's plots),
 ``bench`` (benchmarks), and for Flower deployments ``superlink``, ``supernode``, ``keys`` and
 ``register-node``. Every foreseeable error is one line on standard error with exit status 2.
 """
@@ -77,6 +78,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         overrides.append(f"seeds={args.seeds}")
     config = load_experiment(args.experiment, overrides)
+    if config.sweep is not None:
+        raise ConfigError(
+            f"experiment {config.name!r} is a study (it has a [sweep] table): run it with "
+            f"`fedbandit sweep {args.experiment}`"
+        )
     options = RuntimeOptions.of(
         runtime=args.runtime,
         nodes=args.nodes,
@@ -251,11 +257,85 @@ def _add_deployment_commands(sub: argparse._SubParsersAction) -> None:
     register.set_defaults(func=_cmd_register)
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from fedbandit.plotting import plot_sweep
+    from fedbandit.runner import RESULTS_ROOT
+    from fedbandit.sweep import load_sweep, parse_grid_option, run_sweep, seeds_of
+
+    config = load_experiment(args.experiment, list(args.set or []))
+    extra = [parse_grid_option(text) for text in args.grid or []]
+    seeds = seeds_of(config, args.seeds, args.seed_range)
+    stamp = dt.datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else RESULTS_ROOT / config.name / stamp
+    args.out = out
+    run_sweep(
+        config,
+        out,
+        extra_grid=extra,
+        seeds=seeds,
+        workers=args.workers,
+        executor=args.executor,
+        address=args.address,
+        progress=not args.quiet,
+    )
+    results = load_sweep(out)
+    summary = results.summary
+    if not summary.empty:
+        lows = summary["final_regret_ci95_low"].astype(float)
+        highs = summary["final_regret_ci95_high"].astype(float)
+        shown = summary.assign(
+            interval=[
+                "n/a" if low != low else f"[{low:.2f}, {high:.2f}]"
+                for low, high in zip(lows, highs, strict=True)
+            ]
+        )
+        columns = ["point", *results.keys, "algorithm", "final_regret_mean", "interval"]
+        print(shown[[*columns, "seeds", "uplink_scalars_mean"]].to_string(index=False))
+        print(
+            "final_regret_mean: R(T)/M (per client); interval: 95% Student-t over seeds; "
+            "uplink_scalars_mean: whole run, all clients"
+        )
+        plot_sweep(out)
+    print(f"sweep: {out} (sweep.csv, sweep_summary.csv, plots/)")
+    if results.manifest.get("status") != "complete":
+        print(f"fedbandit: the sweep is incomplete; rerun with --out {out}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from fedbandit.results import atomic_write_csv
+    from fedbandit.sweep import collect_table, summarize_table
+
+    table = collect_table([Path(d) for d in args.run_dirs])
+    out = Path(args.out)
+    if out.suffix != ".csv":
+        out = out / "sweep.csv"
+    summary_path = out.with_name(out.stem + "_summary.csv")
+    atomic_write_csv(out, table)
+    atomic_write_csv(summary_path, summarize_table(table))
+    print(f"{out}: {len(table)} rows; {summary_path}")
+    return 0
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from fedbandit.api import load_results
     from fedbandit.plotting import plot_run
+    from fedbandit.sweep import is_sweep
 
     run_dir = Path(args.run_dir)
+    if is_sweep(run_dir):
+        if not args.point:
+            from fedbandit.plotting import plot_sweep
+
+            for path in plot_sweep(run_dir):
+                print(path)
+            return 0
+        run_dir = run_dir / "points" / args.point
+    elif args.point:
+        raise ConfigError(f"--point applies to a sweep folder; {run_dir} has no sweep.json")
     if load_results(run_dir).curves.empty:
         raise ConfigError(f"{run_dir}: no seed has finished yet, so there is nothing to plot")
     for path in plot_run(run_dir, log_x=True if args.log_x else None):
@@ -351,9 +431,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_keys_command(sub)
 
-    plot = sub.add_parser("plot", help="rebuild the plots of a results folder")
+    sweep = sub.add_parser(
+        "sweep", help="a parameter study: every point of an experiment's [sweep] (or --grid)"
+    )
+    sweep.add_argument("experiment", help="experiment name or TOML path")
+    sweep.add_argument(
+        "--grid", action="append", metavar="KEY=V1,V2", help="vary a key (adds to [sweep])"
+    )
+    sweep.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key")
+    sweep.add_argument("--seeds", type=int, help="seeds 0..N-1 (default: the file's)")
+    sweep.add_argument("--seed-range", metavar="A:B", help="seeds A..B-1 (a shard of a study)")
+    sweep.add_argument("--out", type=Path, help="sweep folder; an existing one is resumed")
+    sweep.add_argument("--workers", type=int, help="worker processes (default: cores)")
+    sweep.add_argument("--executor", choices=["local", "ray"], default="local")
+    sweep.add_argument("--address", help="Ray cluster: auto or HOST:PORT (default: start one)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.set_defaults(func=_cmd_sweep)
+
+    collect = sub.add_parser("collect", help="one table (sweep.csv) from ordinary run folders")
+    collect.add_argument("run_dirs", nargs="+", help="results folders")
+    collect.add_argument(
+        "--out", default="sweep.csv", help="FILE.csv, or a folder for sweep.csv (default ./)"
+    )
+    collect.set_defaults(func=_cmd_collect)
+
+    plot = sub.add_parser("plot", help="rebuild the plots of a results or sweep folder")
     plot.add_argument("run_dir")
     plot.add_argument("--log-x", action="store_true", help="logarithmic time axis")
+    plot.add_argument("--point", help="a sweep folder's point (pNNN): its regret over time")
     plot.set_defaults(func=_cmd_plot)
 
     bench = sub.add_parser("bench", help="benchmarks: design, fedpe, scale, linucb, or all")

@@ -24,6 +24,7 @@ from pydantic import (
 
 from fedbandit.errors import ConfigError
 from fedbandit.registry import algorithms, instance_kinds
+from fedbandit.sweep import SweepConfig
 
 EXPERIMENTS_DIR = Path(
     os.environ.get("FEDBANDIT_EXPERIMENTS", Path(__file__).resolve().parents[1] / "experiments")
@@ -57,6 +58,8 @@ class ExperimentConfig(BaseModel):
     #: the table's ``kind`` key.
     instance: SerializeAsAny[BaseModel]
     plot: PlotConfig = Field(default_factory=PlotConfig)
+    #: A parameter study (``fedbandit sweep``): config keys varied over a grid or together.
+    sweep: SweepConfig | None = None
 
     @field_validator("instance", mode="before")
     @classmethod

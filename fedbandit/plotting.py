@@ -218,3 +218,97 @@ def _save(figure: Figure, path: Path) -> Path:
     figure.savefig(tmp, dpi=120)
     tmp.replace(path)
     return path
+
+
+def plot_sweep_parameter(summary: pd.DataFrame, key: str, ax: Axes | None = None) -> Axes:
+    """Final regret per client against one varied key (a sweep's summary frame): the mean per
+    algorithm with its 95% Student-t interval as a band (from 2 seeds on), log axes where the
+    values span two decades or more. Points that differ in other keys are averaged."""
+    ax = _axes(ax)
+    numeric = pd.to_numeric(summary[key], errors="coerce")
+    for algorithm, frame in summary.assign(_x=numeric).groupby("algorithm", sort=False):
+        frame = frame.groupby("_x", sort=True).mean(numeric_only=True).reset_index()
+        x = frame["_x"].to_numpy(dtype=float)
+        (line,) = ax.plot(x, frame["final_regret_mean"], marker="o", label=str(algorithm))
+        low, high = frame["final_regret_ci95_low"], frame["final_regret_ci95_high"]
+        if low.notna().all() and high.notna().all():
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    for axis in ("x", "y"):
+        if _positive_span(ax, axis) and _decades(ax, axis) >= 2:
+            (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    ax.set_xlabel(key + (" (log scale)" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel("final regret per client, R(T)/M")
+    ax.set_title(f"final regret against {key}; band: 95% Student-t over seeds", fontsize="medium")
+    ax.grid(ls="--", alpha=0.5)
+    if ax.lines:
+        _legend_outside(ax)
+    else:
+        _nothing(ax, f"no numeric values of {key} to plot")
+    return ax
+
+
+def plot_sweep_tradeoff(
+    summary: pd.DataFrame, ax: Axes | None = None, bytes_axis: bool = False
+) -> Axes:
+    """Regret against communication: uplink scalars (or bytes) of the whole run on x, final
+    regret per client on y, one marker per point and a line per algorithm (the trade-off figure
+    of the DisLinUCB / Async-LinUCB / FedLinUCB papers). Algorithms that never upload are left
+    out (named in the corner)."""
+    ax = _axes(ax)
+    column = "uplink_bytes_mean" if bytes_axis else "uplink_scalars_mean"
+    silent = []
+    for algorithm, frame in summary.groupby("algorithm", sort=False):
+        frame = frame.sort_values(column)
+        if (frame[column] <= 0).all():
+            silent.append(str(algorithm))
+            continue
+        ax.plot(frame[column], frame["final_regret_mean"], marker="o", label=str(algorithm))
+    if _positive_span(ax, "x"):
+        ax.set_xscale("log")
+    ax.set_xlabel(f"uplink {'bytes' if bytes_axis else 'scalars'}, whole run, all clients (log)")
+    ax.set_ylabel("final regret per client, R(T)/M")
+    ax.set_title("regret against communication (one marker per sweep point)", fontsize="medium")
+    ax.grid(ls="--", alpha=0.5)
+    if silent:
+        ax.text(0.02, 0.02, "no uplink: " + ", ".join(silent), transform=ax.transAxes,
+                fontsize="small", va="bottom")  # fmt: skip
+    if ax.lines:
+        _legend_outside(ax)
+    return ax
+
+
+def _decades(ax: Axes, axis: str) -> float:
+    values = np.concatenate(
+        [
+            np.asarray(line.get_xdata() if axis == "x" else line.get_ydata(), float)
+            for line in ax.lines
+        ]
+    )
+    values = values[np.isfinite(values) & (values > 0)]
+    return float(np.log10(values.max() / values.min())) if values.size else 0.0
+
+
+def plot_sweep(sweep_dir: Path) -> list[Path]:
+    """plots/regret_vs_KEY.png for every varied key and plots/regret_vs_communication.png, from
+    the sweep folder's files alone."""
+    from matplotlib.figure import Figure
+
+    from fedbandit.sweep import load_sweep
+
+    results = load_sweep(sweep_dir)
+    if results.table.empty:
+        from fedbandit.errors import ConfigError
+
+        raise ConfigError(f"{sweep_dir}: no run of the sweep has finished yet: nothing to plot")
+    out = Path(sweep_dir) / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for key in results.keys:
+        figure = Figure(figsize=(7.5, 4.5))
+        plot_sweep_parameter(results.summary, key, figure.gca())
+        name = key.replace("/", "_")
+        paths.append(_save(figure, out / f"regret_vs_{name}.png"))
+    figure = Figure(figsize=(7.5, 4.5))
+    plot_sweep_tradeoff(results.summary, figure.gca())
+    paths.append(_save(figure, out / "regret_vs_communication.png"))
+    return paths

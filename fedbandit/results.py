@@ -17,6 +17,7 @@ Every file is written to a temporary name and renamed, so a file is whole or abs
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -86,6 +87,7 @@ def seed_done(run_dir: Path, algorithm: str, seed: int) -> bool:
     return seed_status(run_dir, algorithm, seed) == "complete"
 
 
+@functools.cache
 def package_versions() -> dict[str, str]:
     versions = {"python": sys.version.split()[0]}
     for name in PACKAGES:
@@ -96,6 +98,7 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+@functools.cache
 def git_commit() -> str | None:
     root = Path(__file__).resolve().parents[1]
     try:

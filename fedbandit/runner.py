@@ -51,7 +51,7 @@ def default_out_dir(config: ExperimentConfig) -> Path:
 
 
 def config_dict(config: ExperimentConfig) -> dict[str, Any]:
-    return config.model_dump(mode="json", exclude_none=True)
+    return config.model_dump(mode="json", exclude_none=True, by_alias=True)
 
 
 def run_task(spec: RunSpec, run_dir: str) -> float:
@@ -165,12 +165,13 @@ def check_memory(
         )
 
 
-def _prepare(
+def prepare_run_folder(
     config: ExperimentConfig,
     run_dir: Path,
     workers: int,
     options: RuntimeOptions,
     instance: Instance,
+    other_seeds: bool = False,
 ) -> dict[str, Any]:
     """Create or reopen the run folder; refuses to mix two different experiments, or runtime
     options that change results, in one folder (the differing keys are named), and refuses to
@@ -211,7 +212,7 @@ def _prepare(
             for s in manifest.get("seeds", [])
             if s >= config.seeds and seed_done(run_dir, a, s)
         ]
-        if finished:
+        if finished and not other_seeds:
             raise ConfigError(
                 f"{run_dir} holds finished seeds beyond the {config.seeds} asked for "
                 f"({', '.join(finished[:3])}{', ...' if len(finished) > 3 else ''}); resume "
@@ -302,7 +303,7 @@ def run_experiment(
         check_memory(config, instance, selected, workers, force)
     check_out_dir(run_dir)
     resumed = (run_dir / "manifest.json").is_file()
-    manifest = _prepare(config, run_dir, workers, options, instance)
+    manifest = prepare_run_folder(config, run_dir, workers, options, instance)
     every = [(a, s) for a in selected for s in range(config.seeds)]
     tasks = [
         RunSpec(experiment=config, algorithm=a, seed=s, options=options)
@@ -315,7 +316,7 @@ def run_experiment(
         print(f"fedbandit: {what if resumed else f'results folder {run_dir}'}", file=sys.stderr)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
     try:
-        _run_tasks(tasks, run_dir, workers, bar)
+        run_tasks([(spec, run_dir) for spec in tasks], workers, bar)
     except BaseException:
         remove_stale_temporaries(run_dir)  # workers have stopped: nothing is being written
         raise
@@ -367,16 +368,17 @@ def _record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str
     manifest["dropped_clients"] = dropped
 
 
-def _run_tasks(tasks: list[RunSpec], run_dir: Path, workers: int, bar: tqdm) -> None:
-    """Run the tasks, inline or in a process pool, advancing ``bar``."""
+def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: tqdm) -> None:
+    """Run (spec, run folder) tasks inline or in one pool of long-lived worker processes,
+    advancing ``bar``; on any exception or interrupt every worker is stopped at once."""
     if workers == 1:
-        for spec in tasks:
+        for spec, run_dir in tasks:
             bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
             run_task(spec, str(run_dir))
             bar.update()
         return
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_task, spec, str(run_dir)): spec for spec in tasks}
+        futures = {pool.submit(run_task, spec, str(run_dir)): spec for spec, run_dir in tasks}
         pending = set(futures)
         try:
             while pending:
@@ -394,10 +396,13 @@ def _run_tasks(tasks: list[RunSpec], run_dir: Path, workers: int, bar: tqdm) -> 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Stop every worker now (Ctrl-C, SIGTERM or a failed task): running seeds are abandoned,
     their temporary files removed by the caller; finished seeds' files are whole."""
-    for process in list(getattr(pool, "_processes", {}).values()):
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)  # no new task starts
+    for process in processes:
         if process.is_alive():
             process.kill()
-    pool.shutdown(wait=True, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=10)
 
 
 def summary_table(summary: dict[str, Any]) -> str:

@@ -536,7 +536,7 @@ def test_csv_without_a_header_line_is_detected_not_silently_shortened(tmp_path):
     data = load_table(file, 0, header=False)
     assert data.X.shape == (12, 2) and data.feature_names == ["1", "2"]
     assert data.labels[0] == "x"  # the first line is a sample
-    with pytest.raises(DatasetError, match="give instance.label as the label column's 0-based"):
+    with pytest.raises(DatasetError, match=r"give instance\.label as the label column.s 0-based"):
         load_table(file, "0", header=False)
     numeric_names = tmp_path / "named.csv"
     numeric_names.write_text("label,1,2\n" + "".join(f"{'xy'[i % 2]},{i},{i}\n" for i in range(6)))

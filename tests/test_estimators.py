@@ -139,3 +139,12 @@ def test_eliminate_cumulative_by_hand():
     np.testing.assert_array_equal(keep, [[True, False]])
     keep = eliminate_cumulative(sums, widths, 2.0, np.ones((1, 2), bool), alpha=math.exp(9))
     np.testing.assert_array_equal(keep, [[True, True]])  # radius 1.5 each: 3 <= 3 keeps it
+
+
+def test_t_quantile_matches_scipy():
+    from scipy import stats
+
+    from fedbandit.analysis import t_quantile_975
+
+    for nu in [*range(1, 60), 100, 1000, 10**6]:
+        assert t_quantile_975(nu) == pytest.approx(float(stats.t.ppf(0.975, nu)), abs=2e-6)

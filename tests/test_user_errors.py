@@ -185,3 +185,39 @@ def _alive(pid: int) -> bool:
             return handle.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_a_run_larger_than_the_memory_is_refused_before_it_starts(capsys, tmp_path):
+    out = tmp_path / "big"
+    code, _, err = run_cli(
+        capsys, "run", "fed_contextual", "--set", "instance.num_clients=20000", "--quiet",
+        "--out", str(out),
+    )  # fmt: skip
+    assert_one_line_error(code, err, "GiB estimated", "GiB available", "--force")
+    assert not out.exists()
+
+
+def test_memory_estimates_cover_what_a_seed_allocates():
+    """The formulas of fedbandit.resources stay above tracemalloc's peak for one seed."""
+    import tracemalloc
+
+    import fedbandit
+    from fedbandit.contextual.instances import ContextualParams, contextual_instance
+    from fedbandit.instances import PaperSyntheticParams, paper_synthetic
+    from fedbandit.resources import task_bytes
+    from fedbandit.simulation import problem_spec, simulate
+
+    cases = [
+        (paper_synthetic(PaperSyntheticParams(num_clients=400, num_arms=10, dim=5)), "fedpe", 2048),
+        (paper_synthetic(PaperSyntheticParams(num_clients=400, num_arms=10, dim=5)), "local_ucb",
+         4096),
+        (contextual_instance(ContextualParams(setting="shared", num_clients=100, num_arms=10,
+                                              dim=5)), "dislinucb", 200),
+    ]  # fmt: skip
+    for instance, algorithm, horizon in cases:
+        tracemalloc.start()
+        simulate(instance, algorithm, horizon, [0, 0])
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        estimate = task_bytes(fedbandit.get_algorithm(algorithm), problem_spec(instance, horizon))
+        assert peak <= estimate <= 4 * peak + 80 * 2**20, (algorithm, peak, estimate)

@@ -26,12 +26,17 @@ single_threaded_blas()
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
 from fedbandit.simulation import simulate
 M, T, K, d = (int(v) for v in sys.argv[1:5])
+algorithm = sys.argv[5]
 instance = paper_synthetic(PaperSyntheticParams(num_clients=M, num_arms=K, dim=d))
+if algorithm == "local_ucb":
+    simulate(paper_synthetic(PaperSyntheticParams(num_clients=2, num_arms=K, dim=d)),
+             algorithm, 64, [0, 0])  # load the compiled kernel outside the timing
 start = time.perf_counter()
-result = simulate(instance, "fedpe", T, [0, 0])
+result = simulate(instance, algorithm, T, [0, 0])
 seconds = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"M": M, "T": T, "seconds": seconds, "peak_rss_mb": peak,
+print(json.dumps({"algorithm": algorithm, "M": M, "T": T, "seconds": seconds,
+                  "peak_rss_mb": peak,
                   "final_regret": float(result.regret.mean_cumulative_regret()[-1])}))
 """
 
@@ -67,8 +72,92 @@ def bench_fedpe(quick: bool = False) -> dict[str, Any]:
     }
 
 
+def _local_ucb_seconds(horizon: int, seeds: int) -> tuple[list[float], float]:
+    """Local UCB on the paper's instance: seconds of each seed (compiled kernel, after a warm-up),
+    and one seed of the NumPy loop it replaced (``fedbandit.bench.reference``), side by side."""
+    from fedbandit.algorithms.local_ucb import LocalUCBClient, LocalUCBParams
+    from fedbandit.bench.reference import local_ucb_numpy_loop
+    from fedbandit.environment import BanditEnvironment
+    from fedbandit.federation.messages import Message
+    from fedbandit.instances import PaperSyntheticParams, paper_synthetic
+    from fedbandit.simulation import problem_spec, simulate
+
+    instance = paper_synthetic(PaperSyntheticParams())
+    simulate(instance, "local_ucb", 2**8, [0, 99])  # warm-up: imports, the kernel's cache
+    times = [simulate(instance, "local_ucb", horizon, [0, s]).seconds for s in range(seeds)]
+    ids = np.arange(instance.num_clients)
+    start = time.perf_counter()
+    compiled = BanditEnvironment(instance, ids, horizon, [0, 0])
+    LocalUCBClient(problem_spec(instance, horizon), LocalUCBParams(), compiled).handle(
+        Message("start", 0, ids, {})
+    )
+    times.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    loop = BanditEnvironment(instance, ids, horizon, [0, 0])
+    local_ucb_numpy_loop(loop, instance.noise_sigma)
+    loop_seconds = time.perf_counter() - start
+    if not np.array_equal(loop.record().increment_diff, compiled.record().increment_diff):
+        raise RuntimeError("Local UCB's compiled kernel and the NumPy loop disagree")
+    return times, loop_seconds
+
+
+def bench_paper(quick: bool = False) -> dict[str, Any]:
+    """The whole ``fedpe_synthetic`` experiment (4 algorithms x 10 seeds, M = 100, K = 10, d = 3,
+    T = 2^17) with 2 worker processes, result files and plots included, and Local UCB per seed
+    against the NumPy loop it replaced."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import fedbandit
+
+    horizon, seeds = (2**13, 2) if quick else (2**17, 10)
+    overrides = {"horizon": horizon, "seeds": seeds}
+    per_seed, loop_seconds = _local_ucb_seconds(horizon, 2 if quick else 3)
+    folder = Path(tempfile.mkdtemp(prefix="fedbandit-bench-paper-"))
+    try:
+        start = time.perf_counter()
+        results = fedbandit.run(
+            "fedpe_synthetic", workers=2, out=folder / "api", overrides=overrides, progress=False
+        )
+        experiment_seconds = time.perf_counter() - start
+        command = [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_synthetic"]
+        command += ["--workers", "2", "--quiet", "--out", str(folder / "cli")]
+        command += ["--set", f"horizon={horizon}", "--set", f"seeds={seeds}"]
+        start = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True, timeout=1800)
+        command_seconds = time.perf_counter() - start
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    summary = results.summary.set_index("algorithm")
+    return {
+        "M": 100,
+        "K": 10,
+        "d": 3,
+        "T": horizon,
+        "seeds": seeds,
+        "workers": 2,
+        "experiment_seconds": experiment_seconds,
+        "command_seconds": command_seconds,
+        "seconds_per_seed_in_workers": {
+            name: float(summary.loc[name, "seconds_per_seed"]) for name in summary.index
+        },
+        "local_ucb_seconds_per_seed": min(per_seed),
+        "local_ucb_seconds_all": per_seed,
+        "local_ucb_numpy_loop_seconds": loop_seconds,
+        "local_ucb_speedup": loop_seconds / min(per_seed),
+        "final_regret": {
+            name: float(summary.loc[name, "final_regret_mean"]) for name in summary.index
+        },
+    }
+
+
 def _scale_point(
-    num_clients: int, horizon: int, num_arms: int = 10, dim: int = 5
+    num_clients: int,
+    horizon: int,
+    num_arms: int = 10,
+    dim: int = 5,
+    algorithm: str = "fedpe",
 ) -> dict[str, Any]:
     out = subprocess.run(
         [
@@ -79,23 +168,63 @@ def _scale_point(
             str(horizon),
             str(num_arms),
             str(dim),
+            algorithm,
         ],
         capture_output=True,
         text=True,
         check=False,
-        timeout=1800,
+        timeout=3600,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"scale benchmark M={num_clients} T={horizon} failed:\n{out.stderr}")
+        raise RuntimeError(
+            f"scale benchmark {algorithm} M={num_clients} T={horizon} failed:\n{out.stderr}"
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _tried_point(num_clients: int, horizon: int, algorithm: str = "fedpe") -> dict[str, Any]:
+    """A large scale point; if its process fails (out of memory on a smaller machine), the
+    failure is reported in place of the figures and the other points still are."""
+    try:
+        return _scale_point(num_clients, horizon, algorithm=algorithm)
+    except (RuntimeError, subprocess.TimeoutExpired) as error:
+        tail = str(error).strip().splitlines()[-1:] or [""]
+        return {"algorithm": algorithm, "M": num_clients, "T": horizon, "error": tail[0]}
+
+
+def _per_client(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each point with its microseconds and kilobytes per client, and the growth from the point
+    before (ratio of seconds and of peak RSS over the ratio of M: 1 is linear in M)."""
+    out: list[dict[str, Any]] = []
+    for k, point in enumerate(points):
+        entry = dict(point)
+        if "error" in point:
+            out.append(entry)
+            continue
+        entry["us_per_client"] = 1e6 * point["seconds"] / point["M"]
+        entry["kb_per_client"] = 1024 * point["peak_rss_mb"] / point["M"]
+        if k and "error" not in points[k - 1]:
+            before = points[k - 1]
+            factor = point["M"] / before["M"]
+            entry["time_growth_over_M_growth"] = point["seconds"] / before["seconds"] / factor
+            entry["rss_growth_over_M_growth"] = (
+                point["peak_rss_mb"] / before["peak_rss_mb"] / factor
+            )
+        out.append(entry)
+    return out
+
+
 def bench_scale(quick: bool = False) -> dict[str, Any]:
-    """Fed-PE at M=10,000, K=10, d=5, T=2^20 in-process, and how time grows with M and T."""
+    """Fed-PE at M=10,000, K=10, d=5, T=2^20 in-process, how time grows with M (up to M =
+    10^6) and T; Local UCB at M = 10^4 and 10^5, T = 2^17. Every point in a fresh process."""
     M, T = (1000, 2**16) if quick else (10000, 2**20)
+    big = (10 * M,) if quick else (10 * M, 100 * M)
+    ucb_T, ucb_M = (2**13, (1000, 10000)) if quick else (2**17, (10000, 100000))
     main = _scale_point(M, T)
     growth_m = [_scale_point(m, T) for m in (M // 4, M // 2)] + [main]
     growth_t = [_scale_point(M, t) for t in (T // 16, T // 4)] + [main]
+    large = [_tried_point(m, T) for m in big]
+    local_ucb = [_tried_point(m, ucb_T, algorithm="local_ucb") for m in ucb_M]
     return {
         "M": M,
         "K": 10,
@@ -103,8 +232,11 @@ def bench_scale(quick: bool = False) -> dict[str, Any]:
         "T": T,
         "seconds": main["seconds"],
         "peak_rss_mb": main["peak_rss_mb"],
-        "growth_with_M": growth_m,
+        "growth_with_M": _per_client(growth_m + large),
         "growth_with_T": growth_t,
+        "million": large[-1],  # the M = 10^6 point (10^4 with --quick)
+        "local_ucb_T": ucb_T,
+        "local_ucb": _per_client(local_ucb),
     }
 
 
@@ -193,11 +325,20 @@ def bench_deploy(quick: bool = False) -> dict[str, Any]:
     return deploy_benchmark(quick=quick)
 
 
+def bench_sweep(quick: bool = False) -> dict[str, Any]:
+    """A study's overhead over its tasks' own seconds (``fedbandit.bench.sweep``)."""
+    from fedbandit.bench.sweep import bench_sweep as sweep_benchmark
+
+    return sweep_benchmark(quick=quick)
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "design": bench_design,
     "fedpe": bench_fedpe,
+    "paper": bench_paper,
     "scale": bench_scale,
     "linucb": bench_linucb,
+    "sweep": bench_sweep,
     "deploy": bench_deploy,
 }
 
@@ -227,6 +368,36 @@ def format_table(name: str, result: dict[str, Any]) -> str:
             )
         )
         title = f"fedpe: paper synthetic, M={result['M']}, K={result['K']}, d={result['d']}"
+    elif name == "paper":
+        rows = [("measure", "value", "target")]
+        rows.append(
+            (
+                f"experiment, {result['seeds']} seeds x 4 algorithms, --workers 2",
+                f"{result['experiment_seconds']:.2f} s",
+                "<= 5 s",
+            )
+        )
+        rows.append(("same, `fedbandit run` command", f"{result['command_seconds']:.2f} s", ""))
+        rows.append(
+            (
+                "local_ucb seconds/seed (best)",
+                f"{result['local_ucb_seconds_per_seed']:.3f}",
+                "<= 0.5",
+            )
+        )
+        rows.append(
+            (
+                "local_ucb NumPy loop (before), one seed",
+                f"{result['local_ucb_numpy_loop_seconds']:.2f} s",
+                f"{result['local_ucb_speedup']:.1f}x",
+            )
+        )
+        for algorithm, seconds in result["seconds_per_seed_in_workers"].items():
+            rows.append((f"{algorithm} seconds/seed in the workers", f"{seconds:.3f}", ""))
+        title = (
+            f"paper: fedpe_synthetic, M={result['M']}, K={result['K']}, d={result['d']}, "
+            f"T={result['T']}"
+        )
     elif name == "linucb":
         peer = result["mabwiser_decisions_per_s"]
         rows = [("learner", "decisions/s", "ratio to MABWiser")]
@@ -253,22 +424,61 @@ def format_table(name: str, result: dict[str, Any]) -> str:
             )
         )
         title = f"linucb: K={result['K']}, d={result['d']}, Gaussian contexts"
+    elif name == "sweep":
+        rows = [
+            ("tasks", "workers", "task seconds (sum)", "wall seconds", "overhead ratio"),
+            (
+                str(result["tasks"]),
+                str(result["workers"]),
+                f"{result['task_seconds_sum']:.2f}",
+                f"{result['wall_seconds']:.2f}",
+                f"{result['overhead_ratio']:.2f}",
+            ),
+            (
+                "",
+                "",
+                "",
+                "",
+                "target <= 1.2: wall / (task seconds / workers)",
+            ),
+        ]
+        title = (
+            f"sweep: {result['tasks']} tasks (3 points x 4 algorithms x 2 seeds), one pool of "
+            f"long-lived workers{' [quick]' if result['quick'] else ''}"
+        )
     elif name == "deploy":
         from fedbandit.bench.deploy import format_deploy
 
         title, rows = format_deploy(result)
     else:
-        rows = [("M", "T", "seconds", "peak RSS MB")]
-        for point in result["growth_with_M"] + result["growth_with_T"][:-1]:
+        rows = [
+            ("algorithm", "M", "T", "seconds", "peak RSS MB", "us/client", "KB/client", "growth")
+        ]
+        points = [("fedpe", p) for p in result["growth_with_M"] + result["growth_with_T"][:-1]]
+        points += [("local_ucb", p) for p in result["local_ucb"]]
+        for algorithm, point in points:
+            if "error" in point:
+                rows.append((algorithm, str(point["M"]), str(point["T"]), "failed", "", "", "", ""))
+                continue
+            growth = ""
+            if "time_growth_over_M_growth" in point:
+                growth = (
+                    f"time {point['time_growth_over_M_growth']:.2f}, "
+                    f"RSS {point['rss_growth_over_M_growth']:.2f} x M's"
+                )
             rows.append(
                 (
+                    algorithm,
                     str(point["M"]),
                     str(point["T"]),
                     f"{point['seconds']:.2f}",
                     f"{point['peak_rss_mb']:.0f}",
+                    f"{1e6 * point['seconds'] / point['M']:.1f}",
+                    f"{1024 * point['peak_rss_mb'] / point['M']:.1f}",
+                    growth,
                 )
             )
-        title = f"scale: Fed-PE, K={result['K']}, d={result['d']}, one seed, in-process"
+        title = f"scale: K={result['K']}, d={result['d']}, one seed each, in-process"
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [title] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,58 @@
+"""The benchmark registry and tables (the measurements themselves run in ``make bench``)."""
+
+from __future__ import annotations
+
+from fedbandit.bench import BENCHMARKS, _per_client, format_table
+
+
+def test_paper_and_scale_are_registered():
+    assert {"design", "fedpe", "paper", "scale", "linucb", "deploy"} <= set(BENCHMARKS)
+
+
+def test_paper_table():
+    result = {
+        "M": 100,
+        "K": 10,
+        "d": 3,
+        "T": 131072,
+        "seeds": 10,
+        "experiment_seconds": 4.2,
+        "command_seconds": 5.9,
+        "local_ucb_seconds_per_seed": 0.31,
+        "local_ucb_numpy_loop_seconds": 2.9,
+        "local_ucb_speedup": 9.4,
+        "seconds_per_seed_in_workers": {"fedpe": 0.1, "local_ucb": 0.4},
+    }
+    table = format_table("paper", result)
+    assert "4.20 s" in table and "<= 5 s" in table and "0.310" in table and "9.4x" in table
+
+
+def test_scale_growth_per_client():
+    points = [
+        {"M": 10, "T": 8, "seconds": 1.0, "peak_rss_mb": 100.0},
+        {"M": 100, "T": 8, "seconds": 20.0, "peak_rss_mb": 500.0},
+    ]
+    grown = _per_client(points)
+    assert grown[0]["us_per_client"] == 1e5
+    assert grown[1]["time_growth_over_M_growth"] == 2.0
+    assert grown[1]["rss_growth_over_M_growth"] == 0.5
+    result = {
+        "K": 10,
+        "d": 5,
+        "growth_with_M": grown,
+        "growth_with_T": [points[0], points[0]],
+        "local_ucb": _per_client(points),
+    }
+    table = format_table("scale", result)
+    assert "local_ucb" in table and "time 2.00, RSS 0.50 x M's" in table
+
+
+def test_sweep_benchmark_measures_the_overhead_ratio():
+    result = BENCHMARKS["sweep"](quick=True)
+    assert result["tasks"] == 2 * 4 * 2
+    expected = result["wall_seconds"] / (result["task_seconds_sum"] / result["workers"])
+    assert (
+        result["overhead_ratio"] == round(expected, 3)
+        or abs(result["overhead_ratio"] - expected) < 0.01
+    )
+    assert "overhead ratio" in format_table("sweep", result)

@@ -1,0 +1,220 @@
+"""Parameter studies: grid and zip expansion, one pool of tasks, resume, seed shards, collect,
+and plots rebuilt from the files alone."""
+
+import json
+
+import pandas as pd
+import pytest
+
+import fedbandit
+from fedbandit.cli import main
+from fedbandit.config import validate_experiment
+from fedbandit.errors import ConfigError
+from fedbandit.sweep import expand, parse_grid_option, seeds_of
+
+BASE = {
+    "name": "study",
+    "horizon": 128,
+    "seeds": 2,
+    "algorithms": ["fedpe", "local_ucb"],
+    "instance": {"kind": "paper_synthetic", "num_clients": 4, "num_arms": 3, "dim": 2},
+}
+
+
+def config(sweep=None, **changes):
+    return validate_experiment({**BASE, **changes, **({"sweep": sweep} if sweep else {})})
+
+
+def test_grid_is_cartesian_and_zip_varies_together():
+    points = expand(
+        config(
+            {
+                "grid": {"instance.num_clients": [3, 5], "horizon": [64, 128]},
+                "zip": {"instance.noise_sigma": [0.5, 1.0], "instance.seed": [1, 2]},
+            }
+        )
+    )
+    assert len(points) == 2 * 2 * 2
+    assert [p.id for p in points[:2]] == ["p000", "p001"]
+    combos = {
+        (p.config.instance.num_clients, p.config.horizon, p.config.instance.noise_sigma,
+         p.config.instance.seed)
+        for p in points
+    }  # fmt: skip
+    assert (3, 64, 0.5, 1) in combos and (5, 128, 1.0, 2) in combos
+    assert (3, 64, 0.5, 2) not in combos  # zipped keys move together
+    assert all(p.config.sweep is None for p in points)
+
+
+@pytest.mark.parametrize(
+    ("sweep", "match"),
+    [
+        ({"grid": {"instance.num_client": [3]}}, r"instance\.paper_synthetic\.num_client"),
+        ({"grid": {"horizon": [0, 10]}}, r"sweep point horizon=0: horizon"),
+        ({"grid": {"horizn": [3]}}, r"unknown key 'horizn'"),
+        ({"grid": {"instance.num_clients": []}}, "lists no values"),
+        ({"zip": {"horizon": [1, 2], "seeds": [1]}}, "cannot be varied"),
+        ({"zip": {"horizon": [64, 128], "instance.seed": [1]}}, "one length"),
+        ({"grid": {"params.dislinucb.threshold": [1.0]}}, "not in algorithms"),
+    ],
+)
+def test_unknown_keys_and_bad_values_are_named(sweep, match):
+    with pytest.raises(ConfigError, match=match):
+        expand(validate_experiment({**BASE, "sweep": sweep}, source="s.toml"))
+
+
+def test_grid_option_and_seed_range_parsing():
+    assert parse_grid_option("instance.num_clients=10,30") == ("instance.num_clients", [10, 30])
+    assert parse_grid_option("instance.contexts=gaussian, sphere")[1] == ["gaussian", "sphere"]
+    with pytest.raises(ConfigError, match="KEY=V1,V2"):
+        parse_grid_option("horizon")
+    assert seeds_of(config(), None, "2:5") == [2, 3, 4]
+    assert seeds_of(config(), 3, None) == [0, 1, 2]
+    for bad in ("5:2", "a:b", "3"):
+        with pytest.raises(ConfigError, match="seed-range"):
+            seeds_of(config(), None, bad)
+    with pytest.raises(ConfigError, match="not both"):
+        seeds_of(config(), 2, "0:2")
+
+
+def _run(argv):
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    return code, None, err.getvalue()
+
+
+def write(tmp_path, sweep):
+    path = tmp_path / "study.toml"
+    import tomli_w
+
+    path.write_text(
+        tomli_w.dumps({k: v for k, v in BASE.items() if k != "name"} | {"sweep": sweep})
+    )
+    return path
+
+
+def test_sweep_runs_every_task_once_and_writes_the_tables(tmp_path, capsys):
+    path = write(tmp_path, {"grid": {"instance.num_clients": [3, 6]}})
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--quiet", "--workers", "2"]) == 0
+    table = pd.read_csv(out / "sweep.csv")
+    assert len(table) == 2 * 2 * 2  # points x algorithms x seeds
+    assert list(table.columns[:2]) == ["point", "instance.num_clients"]
+    summary = pd.read_csv(out / "sweep_summary.csv")
+    assert set(summary["seeds"]) == {2} and len(summary) == 4
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert manifest["status"] == "complete" and manifest["keys"] == ["instance.num_clients"]
+    # each point is an ordinary run folder, identical to fedbandit run with the key set
+    single = tmp_path / "single"
+    plain = tmp_path / "plain" / "study.toml"  # the same experiment without its [sweep]
+    plain.parent.mkdir()
+    plain.write_text(path.read_text().split("[sweep")[0])
+    code, _, err = _run(["run", str(path), "--quiet"])
+    assert code == 2 and "is a study" in err
+    assert main(["run", str(plain), "--set", "instance.num_clients=6", "--out", str(single),
+                 "--quiet"]) == 0  # fmt: skip
+    for algorithm in ("fedpe", "local_ucb"):
+        name = f"runs/{algorithm}/seed_1.regret.csv"
+        assert (out / "points" / "p001" / name).read_text() == (single / name).read_text()
+    # plots are rebuilt from the files alone
+    for png in (out / "plots").glob("*.png"):
+        png.unlink()
+    assert main(["plot", str(out)]) == 0
+    assert (out / "plots" / "regret_vs_instance.num_clients.png").stat().st_size > 10_000
+    assert (out / "plots" / "regret_vs_communication.png").is_file()
+    assert main(["plot", str(out), "--point", "p000"]) == 0
+    capsys.readouterr()
+
+
+def test_resume_and_seed_shards_give_the_same_table(tmp_path, monkeypatch):
+    path = write(tmp_path, {"grid": {"instance.num_clients": [3, 5]}})
+    whole = tmp_path / "whole"
+    assert main(["sweep", str(path), "--out", str(whole), "--quiet", "--seeds", "4"]) == 0
+    shards = tmp_path / "shards"
+    assert main(["sweep", str(path), "--out", str(shards), "--quiet", "--seed-range", "2:4"]) == 0
+    assert json.loads((shards / "sweep.json").read_text())["seeds"] == [2, 3]
+    assert main(["sweep", str(path), "--out", str(shards), "--quiet", "--seed-range", "0:2"]) == 0
+    key = ["point", "algorithm", "seed"]
+    a = pd.read_csv(whole / "sweep.csv").drop(columns="seconds").sort_values(key)
+    b = pd.read_csv(shards / "sweep.csv").drop(columns="seconds").sort_values(key)
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+
+    # an interrupted sweep is incomplete and resumes where it stopped
+    from fedbandit import runner
+
+    interrupted = tmp_path / "interrupted"
+    real, calls = runner.run_task, []
+
+    def flaky(spec, run_dir):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(spec)
+        return real(spec, run_dir)
+
+    monkeypatch.setattr(runner, "run_task", flaky)
+    code = main(["sweep", str(path), "--out", str(interrupted), "--quiet", "--workers", "1",
+                 "--seeds", "4"])  # fmt: skip
+    assert code == 130
+    assert json.loads((interrupted / "sweep.json").read_text())["status"] == "incomplete"
+    monkeypatch.setattr(runner, "run_task", real)
+    assert main(["sweep", str(path), "--out", str(interrupted), "--quiet", "--seeds", "4"]) == 0
+    c = pd.read_csv(interrupted / "sweep.csv").drop(columns="seconds").sort_values(key)
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), c.reset_index(drop=True))
+
+
+def test_another_sweep_in_the_same_folder_is_refused(tmp_path):
+    out = tmp_path / "out"
+    assert main(["sweep", str(write(tmp_path, {"grid": {"horizon": [64]}})), "--out", str(out),
+                 "--quiet"]) == 0  # fmt: skip
+    other = write(tmp_path, {"grid": {"horizon": [32]}})
+    with pytest.raises(ConfigError, match="holds another sweep"):
+        fedbandit.run_sweep(other, out=out, progress=False)
+
+
+def test_collect_builds_the_table_from_ordinary_run_folders(tmp_path, capsys):
+    folders = []
+    for clients in (3, 5):
+        folder = tmp_path / f"m{clients}"
+        assert main(["run", "fedpe_tiny", "--set", f"instance.num_clients={clients}",
+                     "--set", "horizon=64", "--seeds", "2", "--out", str(folder),
+                     "--quiet"]) == 0  # fmt: skip
+        folders.append(str(folder))
+    assert main(["collect", *folders, "--out", str(tmp_path / "all.csv")]) == 0
+    table = pd.read_csv(tmp_path / "all.csv")
+    assert "instance.num_clients" in table.columns and "horizon" not in table.columns
+    assert len(table) == 2 * 4 * 2
+    assert (tmp_path / "all_summary.csv").is_file()
+    capsys.readouterr()
+
+
+def test_sweep_api_returns_frames(tmp_path):
+    results = fedbandit.run_sweep(
+        {**BASE, "sweep": {"zip": {"instance.num_clients": [3, 4], "instance.seed": [0, 1]}}},
+        out=tmp_path / "s",
+        seeds=1,
+        progress=False,
+    )
+    assert set(results.summary["instance.num_clients"]) == {3, 4}
+    assert results.keys == ["instance.num_clients", "instance.seed"]
+    ax = results.plot_tradeoff()
+    assert ax.get_xlabel().startswith("uplink scalars")
+
+
+@pytest.mark.slow
+def test_ray_executor_gives_the_local_table(tmp_path):
+    """The same sweep on a private Ray instance (the two-node cluster is tested in
+    tests/test_ray_executor.py): every row identical but for the seconds."""
+    path = write(tmp_path, {"grid": {"instance.num_clients": [3, 5]}})
+    local, ray = tmp_path / "local", tmp_path / "ray"
+    assert main(["sweep", str(path), "--out", str(local), "--quiet"]) == 0
+    assert main(["sweep", str(path), "--out", str(ray), "--quiet", "--executor", "ray",
+                 "--workers", "2"]) == 0  # fmt: skip
+    key = ["point", "algorithm", "seed"]
+    a = pd.read_csv(local / "sweep.csv").drop(columns="seconds").sort_values(key)
+    b = pd.read_csv(ray / "sweep.csv").drop(columns="seconds").sort_values(key)
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+    assert json.loads((ray / "sweep.json").read_text())["executor"] == "ray"
