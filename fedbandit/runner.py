@@ -165,6 +165,25 @@ def check_memory(
         )
 
 
+def _say_rough_time(
+    config: ExperimentConfig, instance: Instance, tasks: list[RunSpec], workers: int
+) -> None:
+    """One line with a rough time when the remaining runs may take more than a minute."""
+    from fedbandit.registry import algorithms as registered
+    from fedbandit.resources import task_seconds
+    from fedbandit.simulation import problem_spec
+
+    problem = problem_spec(instance, config.horizon)
+    total = sum(task_seconds(registered().get(spec.algorithm), problem) for spec in tasks)
+    seconds = total / max(min(workers, len(tasks)), 1)
+    if seconds > 60:
+        print(
+            f"fedbandit: roughly {seconds / 60:.0f} min for {len(tasks)} runs on {workers} "
+            "worker(s) (an estimate from the sizes, within a factor of about 3)",
+            file=sys.stderr,
+        )
+
+
 def prepare_run_folder(
     config: ExperimentConfig,
     run_dir: Path,
@@ -314,6 +333,7 @@ def run_experiment(
         done = len(every) - len(tasks)
         what = f"resuming {run_dir}: {done} of {len(every)} runs already done"
         print(f"fedbandit: {what if resumed else f'results folder {run_dir}'}", file=sys.stderr)
+        _say_rough_time(config, instance, tasks, workers if entry.parallel else 1)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
     try:
         run_tasks([(spec, run_dir) for spec in tasks], workers, bar)

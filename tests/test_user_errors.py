@@ -221,3 +221,23 @@ def test_memory_estimates_cover_what_a_seed_allocates():
         tracemalloc.stop()
         estimate = task_bytes(fedbandit.get_algorithm(algorithm), problem_spec(instance, horizon))
         assert peak <= estimate <= 4 * peak + 80 * 2**20, (algorithm, peak, estimate)
+
+
+def test_rough_time_estimate_orders_the_families_and_is_printed(capsys, tmp_path, monkeypatch):
+    import fedbandit
+    from fedbandit import runner
+    from fedbandit.algorithms.base import ProblemSpec
+    from fedbandit.resources import task_seconds
+
+    def problem(contextual):
+        return ProblemSpec(20, 10, 5, 20000, True, 0.5, contextual=contextual)
+
+    exchanging = task_seconds(fedbandit.get_algorithm("dislinucb"), problem(True))
+    local = task_seconds(fedbandit.get_algorithm("oful"), problem(True))
+    fixed = task_seconds(fedbandit.get_algorithm("fedpe"), problem(False))
+    assert exchanging > local > fixed > 0
+    monkeypatch.setattr(runner, "run_tasks", lambda tasks, workers, bar: None)  # no real run
+    main(["run", "fed_contextual", "--out", str(tmp_path / "fc")])
+    import re
+
+    assert re.search(r"roughly \d+ min for 25 runs on \d+ worker", capsys.readouterr().err)
