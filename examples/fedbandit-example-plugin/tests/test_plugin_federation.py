@@ -9,9 +9,9 @@ from fedbandit_example_plugin import FED_UCB, TWO_GROUPS, FedUCBParams, TwoGroup
 from pydantic import ValidationError
 
 import fedbandit
-from fedbandit.federation.runtime import ClientFailure, InProcessRuntime, run_federation
+from fedbandit import ClientFailure, InProcessRuntime, build_federation, run_federation
 from fedbandit.registry import algorithms, instance_kinds, refresh
-from fedbandit.simulation import build_federation, simulate
+from fedbandit.simulation import simulate
 
 MODES = {
     "counts": {"pooling": "counts"},

@@ -31,8 +31,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedbandit import InstanceKindSpec, LinearBanditInstance
-from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
+from fedbandit import INSTANCE_DOMAIN, InstanceKindSpec, LinearBanditInstance, domain_generator
 
 
 class TwoGroupsParams(BaseModel):
