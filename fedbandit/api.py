@@ -240,6 +240,11 @@ def run(
     from fedbandit.runspec import RuntimeOptions
 
     config = _experiment(experiment, overrides)
+    if config.sweep is not None:
+        raise ConfigError(
+            f"experiment {config.name!r} is a study (it has a [sweep] table): run it with "
+            "fedbandit.run_sweep"
+        )
     if seeds is not None:
         config = _experiment(config, {"seeds": seeds})
     options = runtime if isinstance(runtime, RuntimeOptions) else RuntimeOptions.of(runtime=runtime)
@@ -346,6 +351,7 @@ def run_sweep(
     address: str | None = None,
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
     progress: bool = True,
+    force: bool = False,
 ) -> SweepResults:
     """Run a parameter study (``fedbandit sweep``): the experiment's ``[sweep]`` table plus
     ``grid`` (dotted key -> values), seeds 0..``seeds``-1 or ``seed_range`` (A, B), on ``executor``
@@ -365,5 +371,6 @@ def run_sweep(
         executor=executor,
         address=address,
         progress=progress,
+        force=force,
     )
     return load_sweep(out)

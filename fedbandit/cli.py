@@ -115,7 +115,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"fedbandit: {seed} went on without clients {sorted(map(int, dropped))}")
     if manifest["status"] != "complete":
         print(
-            f"fedbandit: the run is incomplete; rerun with --out {run_dir} to redo aborted seeds",
+            f"fedbandit: the run is incomplete ({len(manifest.get('aborted_seeds', {}))} aborted, "
+            f"{len(manifest.get('missing_runs', []))} not run); rerun with --out {run_dir} "
+            "(and without --algorithms) to finish it",
             file=sys.stderr,
         )
         return 3
@@ -279,6 +281,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         executor=args.executor,
         address=args.address,
         progress=not args.quiet,
+        force=args.force,
     )
     results = load_sweep(out)
     summary = results.summary
@@ -297,7 +300,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             "final_regret_mean: R(T)/M (per client); interval: 95% Student-t over seeds; "
             "uplink_scalars_mean: whole run, all clients"
         )
-        plot_sweep(out)
+        try:
+            plot_sweep(out)
+        except Exception as err:  # the tables are written; say what failed and how to redo it
+            print(
+                f"fedbandit: warning: the plots were not made ({type(err).__name__}: {err}); "
+                f"retry with `fedbandit plot {out}`",
+                file=sys.stderr,
+            )
     print(f"sweep: {out} (sweep.csv, sweep_summary.csv, plots/)")
     if results.manifest.get("status") != "complete":
         print(f"fedbandit: the sweep is incomplete; rerun with --out {out}", file=sys.stderr)
@@ -446,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--executor", choices=["local", "ray"], default="local")
     sweep.add_argument("--address", help="Ray cluster: auto or HOST:PORT (default: start one)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument(
+        "--force", action="store_true", help="run even when the memory estimate exceeds the RAM"
+    )
     sweep.set_defaults(func=_cmd_sweep)
 
     collect = sub.add_parser("collect", help="one table (sweep.csv) from ordinary run folders")

@@ -226,7 +226,12 @@ def plot_sweep_parameter(summary: pd.DataFrame, key: str, ax: Axes | None = None
     values span two decades or more. Points that differ in other keys are averaged."""
     ax = _axes(ax)
     numeric = pd.to_numeric(summary[key], errors="coerce")
-    for algorithm, frame in summary.assign(_x=numeric).groupby("algorithm", sort=False):
+    intervals = {
+        column: pd.to_numeric(summary[column], errors="coerce")
+        for column in ("final_regret_ci95_low", "final_regret_ci95_high")
+    }  # None (one seed) becomes NaN: no band
+    frames = summary.assign(_x=numeric, **intervals)
+    for algorithm, frame in frames.groupby("algorithm", sort=False):
         frame = frame.groupby("_x", sort=True).mean(numeric_only=True).reset_index()
         x = frame["_x"].to_numpy(dtype=float)
         (line,) = ax.plot(x, frame["final_regret_mean"], marker="o", label=str(algorithm))

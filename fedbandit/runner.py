@@ -191,6 +191,7 @@ def prepare_run_folder(
     options: RuntimeOptions,
     instance: Instance,
     other_seeds: bool = False,
+    seeds: list[int] | None = None,
 ) -> dict[str, Any]:
     """Create or reopen the run folder; refuses to mix two different experiments, or runtime
     options that change results, in one folder (the differing keys are named), and refuses to
@@ -247,7 +248,7 @@ def prepare_run_folder(
             "updated": dt.datetime.now().isoformat(timespec="seconds"),
             "algorithms": config.algorithms,
             "horizon": config.horizon,
-            "seeds": list(range(config.seeds)),
+            "seeds": list(seeds) if seeds is not None else list(range(config.seeds)),
             "base_seed": config.base_seed,
             "workers": workers,
             "runtime": options.runtime,
@@ -342,7 +343,7 @@ def run_experiment(
         raise
     finally:
         bar.close()
-    _record_failures(run_dir, config, manifest)
+    record_failures(run_dir, config, manifest)
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
     atomic_write_json(run_dir / "manifest.json", manifest)
@@ -371,20 +372,25 @@ def _plot(run_dir: Path, manifest: dict[str, Any]) -> None:
             atomic_write_json(run_dir / "manifest.json", manifest)
 
 
-def _record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str, Any]) -> None:
-    """The manifest's status ("incomplete" while any seed was aborted by lost clients), the
-    aborted seeds with the reason, and the clients dropped from each seed."""
-    aborted, dropped = {}, {}
+def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str, Any]) -> None:
+    """The manifest's status: "incomplete" while any (algorithm, seed) of the folder is not done
+    (aborted by lost clients, or not run yet, as after ``--algorithms``); the aborted seeds with
+    the reason, the runs still missing, and the clients dropped from each seed."""
+    aborted, dropped, missing = {}, {}, []
     for algorithm in config.algorithms:
-        for seed in range(config.seeds):
+        for seed in manifest.get("seeds", range(config.seeds)):
             path = seed_stem(run_dir, algorithm, seed).with_suffix(".json")
-            info = read_json(path) if path.is_file() else {}
+            if not path.is_file():
+                missing.append(f"{algorithm}/seed_{seed}")
+                continue
+            info = read_json(path)
             if info.get("status", "complete") != "complete":
                 aborted[f"{algorithm}/seed_{seed}"] = info.get("failure")
             if info.get("dropped"):
                 dropped[f"{algorithm}/seed_{seed}"] = info["dropped"]
-    manifest["status"] = "incomplete" if aborted else "complete"
+    manifest["status"] = "incomplete" if aborted or missing else "complete"
     manifest["aborted_seeds"] = aborted
+    manifest["missing_runs"] = missing
     manifest["dropped_clients"] = dropped
 
 

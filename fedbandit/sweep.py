@@ -116,7 +116,7 @@ def expand(
     base = config.model_dump(mode="json", exclude_none=True, by_alias=True)
     base.pop("sweep", None)
     zipped = list(zip(*sweep.together.values(), strict=True)) if sweep.together else [()]
-    points = []
+    points: list[SweepPoint] = []
     for index, (grid_values, zip_values) in enumerate(
         itertools.product(itertools.product(*grid.values()), zipped)
     ):
@@ -127,6 +127,12 @@ def expand(
         shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
         point_config = validate_experiment(data, source=f"sweep point {shown}")
         _check_known(base, values, shown)
+        for earlier in points:
+            if earlier.config == point_config:
+                raise ConfigError(
+                    f"sweep points {earlier.id} and p{index:03d} ({shown}) are the same "
+                    "experiment: a value is listed twice or equals another point's"
+                )
         points.append(SweepPoint(f"p{index:03d}", values, point_config))
     return points
 
@@ -170,9 +176,11 @@ def run_sweep(
     executor: str = "local",
     address: str | None = None,
     progress: bool = True,
+    force: bool = False,
 ) -> Path:
     """Run every (point, algorithm, seed) of the sweep not yet done in ``out_dir``; write each
-    point's summary and the sweep's tables. Returns ``out_dir``."""
+    point's summary and the sweep's tables (``force``: run even above the memory estimate).
+    Returns ``out_dir``."""
     from tqdm import tqdm
 
     from fedbandit.instances import build_instance
@@ -195,7 +203,8 @@ def run_sweep(
     points = expand(config, extra_grid)
     seed_list = seeds if seeds is not None else list(range(config.seeds))
     top = max(seed_list) + 1
-    workers = workers or os.cpu_count() or 1
+    every = sum(len(p.config.algorithms) for p in points) * len(seed_list)
+    workers = workers or min(os.cpu_count() or 1, every)
     options = RuntimeOptions()
     prepared = []
     for point in points:
@@ -203,7 +212,7 @@ def run_sweep(
         instance = build_instance(point_config.instance)
         preflight(point_config, instance, point_config.algorithms)
         if executor == "local":
-            check_memory(point_config, instance, point_config.algorithms, workers, False)
+            check_memory(point_config, instance, point_config.algorithms, workers, force)
         prepared.append((point, point_config, instance))
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
@@ -215,11 +224,10 @@ def run_sweep(
         run_dir = out_dir / "points" / point.id
         earlier = run_dir / "manifest.json"
         previous = read_json(earlier).get("seeds", []) if earlier.is_file() else []
-        manifest = prepare_run_folder(
-            point_config, run_dir, workers, options, instance, other_seeds=True
-        )
         recorded = sorted(set(previous) | set(seed_list))
-        manifest["seeds"] = recorded
+        manifest = prepare_run_folder(
+            point_config, run_dir, workers, options, instance, other_seeds=True, seeds=recorded
+        )
         manifest["sweep_point"] = {"id": point.id, "values": point.values}
         atomic_write_json(run_dir / "manifest.json", manifest)
         tasks += [
@@ -230,7 +238,7 @@ def run_sweep(
         ]
     # Longest first (clients x horizon), so that no worker idles at the end on a big task.
     tasks.sort(key=lambda task: -task[0].experiment.horizon * _clients(task[0].experiment))
-    total = len(points) * len(config.algorithms) * len(seed_list)
+    total = every
     if progress:
         state = (
             f"resuming: {total - len(tasks)} of {total} runs already done"
@@ -337,13 +345,11 @@ def _run_on_ray(
 
 def _finish_point(run_dir: Path, config: ExperimentConfig) -> None:
     """A point's failures, summary and status, as ``fedbandit run`` leaves them."""
-    from fedbandit.results import atomic_write_json, read_json, seed_done, summarize
+    from fedbandit.results import atomic_write_json, read_json, summarize
+    from fedbandit.runner import record_failures
 
     manifest = read_json(run_dir / "manifest.json")
-    complete = all(
-        seed_done(run_dir, a, s) for a in config.algorithms for s in manifest.get("seeds", [])
-    )
-    manifest["status"] = "complete" if complete else "incomplete"
+    record_failures(run_dir, config, manifest)
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
     atomic_write_json(run_dir / "manifest.json", manifest)

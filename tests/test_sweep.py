@@ -218,3 +218,21 @@ def test_ray_executor_gives_the_local_table(tmp_path):
     b = pd.read_csv(ray / "sweep.csv").drop(columns="seconds").sort_values(key)
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
     assert json.loads((ray / "sweep.json").read_text())["executor"] == "ray"
+
+
+def test_one_seed_sweeps_plot_and_duplicate_points_are_refused(tmp_path):
+    path = write(tmp_path, {"grid": {"instance.num_clients": [3, 5]}})
+    out = tmp_path / "one"
+    code, _, err = _run(["sweep", str(path), "--out", str(out), "--quiet", "--seeds", "1"])
+    assert code == 0 and "Traceback" not in err and "warning" not in err, err
+    assert (out / "plots" / "regret_vs_instance.num_clients.png").is_file()
+    with pytest.raises(ConfigError, match=r"p000 and p001 .* are the same experiment"):
+        expand(config({"grid": {"horizon": [64, 64]}}))
+
+
+def test_a_study_is_refused_by_run_and_a_partial_run_is_incomplete(tmp_path):
+    with pytest.raises(ConfigError, match="is a study"):
+        fedbandit.run({**BASE, "sweep": {"grid": {"horizon": [64]}}}, progress=False)
+    results = fedbandit.run(BASE, algorithms=["fedpe"], out=tmp_path / "part", progress=False)
+    assert not results.complete
+    assert results.manifest["missing_runs"] == ["local_ucb/seed_0", "local_ucb/seed_1"]

@@ -176,7 +176,10 @@ def _task_error(ray: Any, spec: RunSpec, err: Exception, max_retries: int) -> Ex
     if isinstance(err, ray.exceptions.RayTaskError):
         cause = getattr(err, "cause", None)
         if isinstance(cause, FedbanditError):
-            return type(cause)(f"{name} on a Ray worker: {cause}")
+            try:
+                return type(cause)(f"{name} on a Ray worker: {cause}")
+            except TypeError:  # an error class that takes other arguments
+                return DeploymentError(f"{name} on a Ray worker: {cause}")
         return RuntimeError(f"{name} raised on a Ray worker:\n{err}")
     if isinstance(err, ray.exceptions.TaskCancelledError):
         return DeploymentError(f"{name} was cancelled on the Ray cluster")
