@@ -334,7 +334,7 @@ def run_experiment(
         done = len(every) - len(tasks)
         what = f"resuming {run_dir}: {done} of {len(every)} runs already done"
         print(f"fedbandit: {what if resumed else f'results folder {run_dir}'}", file=sys.stderr)
-        _say_rough_time(config, instance, tasks, workers if entry.parallel else 1)
+        _say_rough_time(config, instance, tasks, workers)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
     try:
         run_tasks([(spec, run_dir) for spec in tasks], workers, bar)
