@@ -44,6 +44,8 @@ from fedbandit.datasets.common import (
     openmp_single_thread,
 )
 from fedbandit.datasets.tables import (
+    HEADER_DESCRIPTION,
+    LABEL_DESCRIPTION,
     LabelledData,
     bundled_dataset,
     fit_thetas,
@@ -72,16 +74,8 @@ class ClassificationContextualParams(BaseModel):
         None, description="a classification set bundled with scikit-learn"
     )
     path: str | None = Field(None, min_length=1, description="the user's table (as kind 'table')")
-    label: str | int | None = Field(
-        None,
-        description="CSV: the label column, by name (a string) or by 0-based index (an integer; "
-        "negative counts from the end); .npy: its index (default -1)",
-    )
-    header: bool | None = Field(
-        None,
-        description="CSV: whether the first line names the columns; None (default): yes, but a "
-        "first line with numbers or repeated names is refused (say true or false)",
-    )
+    label: str | int | None = Field(None, description=LABEL_DESCRIPTION)
+    header: bool | None = Field(None, description=HEADER_DESCRIPTION)
     num_clients: int = Field(10, ge=1, description="M, number of clients")
     dim: int | None = Field(
         None, ge=1, description="d, including the intercept; None: every standardised feature"

@@ -81,21 +81,25 @@ class SklearnParams(_ClassificationParams):
     dataset: Literal["digits", "wine", "breast_cancer", "iris"]
 
 
+#: How a table's label column and header line are given (kinds ``table`` and
+#: ``classification_contextual``).
+LABEL_DESCRIPTION = (
+    "CSV: the label column, by name (a string) or by 0-based index (an integer; negative counts "
+    "from the end); .npy: its index (default -1)"
+)
+HEADER_DESCRIPTION = (
+    "CSV: whether the first line names the columns; None (default): yes, but a first line with "
+    "numbers or repeated names is refused (say true or false)"
+)
+
+
 class TableParams(_ClassificationParams):
     """The user's classification table (.csv, .csv.gz, .npy, .npz) as a fixed-context instance."""
 
     kind: Literal["table"] = "table"
     path: str = Field(min_length=1, description="the table file")
-    label: str | int | None = Field(
-        None,
-        description="CSV: the label column, by name (a string) or by 0-based index (an integer; "
-        "negative counts from the end); .npy: its index (default -1)",
-    )
-    header: bool | None = Field(
-        None,
-        description="CSV: whether the first line names the columns; None (default): yes, but a "
-        "first line with numbers or repeated names is refused (say true or false)",
-    )
+    label: str | int | None = Field(None, description=LABEL_DESCRIPTION)
+    header: bool | None = Field(None, description=HEADER_DESCRIPTION)
 
 
 @dataclass(frozen=True)
