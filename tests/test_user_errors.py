@@ -150,7 +150,8 @@ def test_sigint_to_the_main_process_alone_stops_every_worker(tmp_path):
     out = tmp_path / "run"
     process = subprocess.Popen(
         [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_synthetic", "--workers", "2",
-         "--quiet", "--set", 'algorithms=["local_ucb"]', "--out", str(out)],
+         "--quiet", "--set", 'algorithms=["local_ucb"]', "--set", "instance.num_clients=5000",
+         "--out", str(out)],  # seeds of tens of seconds: a worker left alone would run on
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:
