@@ -344,3 +344,70 @@ def test_warm_deployment_gives_local_results_and_stops_with_its_supernode(tmp_pa
         assert not alive(executors[0]), "the warm executor outlived its SuperNode"
     finally:
         deploy.close()
+
+
+def test_a_task_whose_message_never_arrives_is_given_up_and_the_executor_goes_on(
+    task_identity, monkeypatch, caplog
+):
+    """The SuperLink died (or stopped the run) after the SuperNode took the task: its message's
+    objects never arrive. Flower's own pull would retry for two hours; the executor gives up
+    after OBJECT_PULL_SECONDS, reports the task failed and serves the next one."""
+    from flwr.supercore.inflatable.inflatable_object import get_object_tree
+
+    message = Message(RecordDict(), dst_node_id=5, message_type="train.step")
+    pulls = []
+    client = SimpleNamespace(
+        PullTaskInput=lambda request: SimpleNamespace(
+            task_id=3, run=SimpleNamespace(run_id=7), context=SimpleNamespace(node_id=5),
+            fab=None,
+        ),
+        PullMessages=lambda request: SimpleNamespace(
+            messages_list=[object()], message_object_trees=[get_object_tree(message)]
+        ),
+        PullObject=lambda request: pulls.append(request)
+        or SimpleNamespace(object_found=True, object_available=False),
+        ConfirmMessageReceived=lambda request: None,
+    )  # fmt: skip
+    monkeypatch.setattr(wx, "context_from_proto", lambda c: SimpleNamespace(node_id=5, run_id=7))
+    monkeypatch.setattr(wx, "run_from_proto", lambda r: r)
+    monkeypatch.setattr(wx, "fab_from_proto", lambda f: f)
+    monkeypatch.setattr(wx, "OBJECT_PULL_SECONDS", 0.5)
+    started = time.monotonic()
+    with pytest.raises(wx.ObjectPullError):
+        wx.pull_task_input(client)
+    assert time.monotonic() - started < 5 and len(pulls) > 2  # asked again, then gave up
+
+    outcomes = [wx.ObjectPullError("abc", "timeout or retry limit reached"), None]
+
+    def pull(client):
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+        context = Context(run_id=8, node_id=5, node_config={}, state=RecordDict(), run_config={})
+        return (
+            Message(RecordDict(), dst_node_id=5, message_type="train.step"),
+            context,
+            run(),
+            fab("h"),
+        )
+
+    app = ClientApp()
+
+    @app.train("step")
+    def step(message: Message, context: Context) -> Message:
+        return Message(RecordDict(), reply_to=message)
+
+    outputs = []
+    monkeypatch.setattr(wx, "pull_task_input", pull)
+    monkeypatch.setattr(wx, "push_message", lambda client, reply, context: None)
+    monkeypatch.setattr(wx, "push_task_output", lambda **kwargs: outputs.append(kwargs))
+    monkeypatch.setattr(wx, "HeartbeatSender", FakeHeartbeat)
+    monkeypatch.setattr(wx.WarmExecutor, "_client", lambda *a: SimpleNamespace(close=lambda: None))
+    executor = wx.WarmExecutor(
+        "127.0.0.1:1", apps=wx.AppCache(install=lambda c: None, load=lambda *key: app)
+    )
+    with caplog.at_level("WARNING", logger="flwr"):
+        assert executor.run_task("token-1") == SubStatus.FAILED
+    assert "giving up on run 7" in caplog.text
+    assert "did not arrive within 0.5 s" in outputs[0]["details"]
+    assert executor.run_task("token-2") == SubStatus.COMPLETED

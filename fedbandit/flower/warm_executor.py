@@ -16,7 +16,9 @@ It exits on SIGTERM/SIGINT and when the ``--parent-pid`` process (its SuperNode)
 ``fedbandit.flower.supernode_main --warm-executor`` starts one next to the SuperNode.
 
 Differences from ``flwr-clientapp``, all deliberate: the objects of a task's message are asked
-for again after 0.02-0.2 s, not 1-10 s (the task is acquired before the SuperNode has them);
+for again after 0.02-0.2 s, not 1-10 s (the task is acquired before the SuperNode has them), and
+for at most ``OBJECT_PULL_SECONDS``, not two hours (a task of a run whose SuperLink died would
+otherwise keep the node from serving any other run);
 failed requests are retried without Flower's SIGINT to the whole process on HTTP 401; a rejected
 heartbeat logs a warning instead of interrupting the task. The ClientApp's module state lives on
 between messages (fedbandit's apps keep only caches; their state travels in ``context.state``),
@@ -82,7 +84,10 @@ try:
         make_confirm_message_received_fn_protobuf,
         make_pull_object_fn_protobuf,
     )
-    from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
+    from flwr.supercore.inflatable.inflatable_utils import (
+        ObjectPullError,
+        pull_and_inflate_object_from_tree,
+    )
     from flwr.supercore.interceptors import (
         RuntimeTokenHttpInterceptor,
         RuntimeVersionHttpInterceptor,
@@ -115,6 +120,9 @@ LOAD_ERROR_REASON = "An exception was raised when attempting to load `ClientApp`
 #: First and longest wait (s) before asking again for an object of the task's message that the
 #: SuperNode does not hold yet (Flower's: 1 and 10).
 PULL_BACKOFF = (0.02, 0.2)
+#: Seconds a task waits for its message's objects before the executor gives up on it and goes
+#: back to serving (Flower's: 7200). They never come when the SuperLink died or stopped the run.
+OBJECT_PULL_SECONDS = 60.0
 
 
 def error_of(ex: BaseException) -> tuple[int, str]:
@@ -197,7 +205,8 @@ def pull_task_input(client: RuntimeHttpClient) -> tuple[Message, Context, Run, F
             client.ConfirmMessageReceived, node, context.run_id
         ),
         return_type=Message,
-        max_tries_per_object=None,  # bounded by Flower's PULL_MAX_TIME, as its 500 tries are
+        max_time=OBJECT_PULL_SECONDS,
+        max_tries_per_object=None,  # bounded by max_time instead
         initial_backoff=PULL_BACKOFF[0],
         backoff_cap=PULL_BACKOFF[1],
     )
@@ -317,6 +326,15 @@ class WarmExecutor:
                 app = self.apps.client_app(run, fab)
                 reply = app(message=message, context=context)
                 sub_status, details = SubStatus.COMPLETED, ""
+            except ObjectPullError as ex:  # the SuperLink is gone or stopped the run
+                details = f"the task's message did not arrive within {OBJECT_PULL_SECONDS:g} s"
+                log(
+                    WARNING,
+                    "[warm-executor] giving up on run %s: %s (%s); serving other runs",
+                    TaskIdentity.run_id,
+                    details,
+                    ex,
+                )
             except Exception as ex:  # reported to the server, as Flower does
                 code, details = error_of(ex)
                 log(ERROR, "ClientApp raised an exception", exc_info=ex)
