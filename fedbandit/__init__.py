@@ -74,6 +74,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "fedbandit.errors",
     "DataError": "fedbandit.errors",
     "DeploymentError": "fedbandit.errors",
+    "RunStoppedError": "fedbandit.errors",
 }
 
 __all__ = [
@@ -99,6 +100,7 @@ __all__ = [
     "ProblemSpec",
     "Results",
     "RunSpec",
+    "RunStoppedError",
     "Runtime",
     "RuntimeOptions",
     "SeedResult",
@@ -158,7 +160,13 @@ if TYPE_CHECKING:
     )
     from fedbandit.config import ExperimentConfig, load_experiment
     from fedbandit.environment import BanditEnvironment, GroupEnvironment
-    from fedbandit.errors import ConfigError, DataError, DeploymentError, FedbanditError
+    from fedbandit.errors import (
+        ConfigError,
+        DataError,
+        DeploymentError,
+        FedbanditError,
+        RunStoppedError,
+    )
     from fedbandit.federation.messages import Message, broadcast
     from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
     from fedbandit.federation.runtime import (

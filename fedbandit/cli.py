@@ -4,7 +4,9 @@ Commands: ``list`` (experiments; ``--algorithms``, ``--instances``: what is regi
 included), ``run`` (an experiment on a runtime), ``sweep`` (a parameter study), ``collect`` (one
 table from run folders), ``plot`` (rebuild a results or sweep folder's plots),
 ``bench`` (benchmarks), and for Flower deployments ``superlink``, ``supernode``, ``keys`` and
-``register-node``. Every foreseeable error is one line on standard error with exit status 2.
+``register-node``. Every foreseeable error is one line on standard error with exit status 2;
+a run left incomplete (an aborted seed, a deployment that failed mid-run: the folder keeps the
+finished seeds and resumes) exits with 3, an interrupted one (Ctrl-C, SIGTERM) with 130.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import threading
 from pathlib import Path
 
 from fedbandit.config import available_experiments, load_experiment
-from fedbandit.errors import ConfigError, FedbanditError
+from fedbandit.errors import ConfigError, FedbanditError, RunStoppedError
 from fedbandit.threads import single_threaded_blas
 
 
@@ -96,23 +98,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
         root_certificates=args.root_certificates,
     )
     args.out = args.out or default_out_dir(config)
-    results = run(
-        config,
-        algorithms=args.algorithms.split(",") if args.algorithms else None,
-        runtime=options,
-        out=args.out,
-        workers=args.workers,
-        progress=not args.quiet,
-        force=args.force,
-    )
     run_dir = Path(args.out)
-    print(summary_table(read_json(run_dir / "summary.json")))
-    print(f"results: {run_dir} (plots in its plots/ folder)")
-    manifest = results.manifest
+    try:
+        manifest = run(
+            config,
+            algorithms=args.algorithms.split(",") if args.algorithms else None,
+            runtime=options,
+            out=args.out,
+            workers=args.workers,
+            progress=not args.quiet,
+            force=args.force,
+        ).manifest
+    except RunStoppedError:
+        manifest = read_json(run_dir / "manifest.json")
+    else:
+        print(summary_table(read_json(run_dir / "summary.json")))
+        print(f"results: {run_dir} (plots in its plots/ folder)")
+    stopped = manifest.get("stopped")
     for seed, reason in manifest.get("aborted_seeds", {}).items():
-        print(f"fedbandit: {seed} aborted (results so far kept): {reason}", file=sys.stderr)
+        if stopped is None:  # else the reason below says it
+            print(f"fedbandit: {seed} aborted (results so far kept): {reason}", file=sys.stderr)
     for seed, dropped in manifest.get("dropped_clients", {}).items():
         print(f"fedbandit: {seed} went on without clients {sorted(map(int, dropped))}")
+    if stopped is not None:
+        print(f"fedbandit: error: {stopped}", file=sys.stderr)
     if manifest["status"] != "complete":
         print(
             f"fedbandit: the run is incomplete ({len(manifest.get('aborted_seeds', {}))} aborted, "

@@ -6,6 +6,8 @@ Raise the type of the layer that found the problem; catch ``FedbanditError`` to 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class FedbanditError(Exception):
     """Base of the errors whose message is meant for the user (what, where, what was expected)."""
@@ -25,3 +27,13 @@ class MissingDataError(DataError, FileNotFoundError):
 
 class DeploymentError(FedbanditError):
     """A Flower deployment cannot start or went wrong: addresses, keys, nodes, the SuperLink."""
+
+
+class RunStoppedError(DeploymentError):
+    """A run ended early because its deployment failed (a lost SuperLink, nodes that do not
+    cover the clients, ...). The seeds that finished are kept in ``run_dir``, whose manifest says
+    ``incomplete`` and gives the reason (``stopped``); rerunning with the same folder resumes."""
+
+    def __init__(self, message: str, run_dir: Path) -> None:
+        super().__init__(message)
+        self.run_dir = Path(run_dir)

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from fedbandit.analysis import curve_grid
 from fedbandit.config import ExperimentConfig, validate_experiment
-from fedbandit.errors import ConfigError
+from fedbandit.errors import ConfigError, DeploymentError, RunStoppedError
 from fedbandit.instances import Instance, build_instance
 from fedbandit.results import (
     atomic_write_json,
@@ -34,6 +34,7 @@ from fedbandit.results import (
     package_versions,
     read_json,
     seed_done,
+    seed_status,
     seed_stem,
     summarize,
 )
@@ -263,6 +264,7 @@ def prepare_run_folder(
             "config": current,
         }
     )
+    manifest.pop("stopped", None)  # a reason of an earlier, stopped attempt
     atomic_write_text(config_path, tomli_w.dumps(current))
     atomic_write_json(manifest_path, manifest)
     return manifest
@@ -336,17 +338,25 @@ def run_experiment(
         print(f"fedbandit: {what if resumed else f'results folder {run_dir}'}", file=sys.stderr)
         _say_rough_time(config, instance, tasks, workers)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
+    stopped: DeploymentError | None = None
     try:
-        run_tasks([(spec, run_dir) for spec in tasks], workers, bar)
+        manifest["stopped"] = run_tasks([(spec, run_dir) for spec in tasks], workers, bar)
+    except DeploymentError as err:  # the deployment failed: keep what finished, say why
+        stopped = err
+        manifest["stopped"] = str(err)
     except BaseException:
         remove_stale_temporaries(run_dir)  # workers have stopped: nothing is being written
         raise
     finally:
         bar.close()
+    if manifest["stopped"] is None:
+        del manifest["stopped"]
     record_failures(run_dir, config, manifest)
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
     atomic_write_json(run_dir / "manifest.json", manifest)
+    if stopped is not None:
+        raise RunStoppedError(str(stopped), run_dir) from None
     if plots:
         _plot(run_dir, manifest)
     return run_dir
@@ -394,15 +404,27 @@ def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str,
     manifest["dropped_clients"] = dropped
 
 
-def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: tqdm) -> None:
+def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: tqdm) -> str | None:
     """Run (spec, run folder) tasks inline or in one pool of long-lived worker processes,
-    advancing ``bar``; on any exception or interrupt every worker is stopped at once."""
+    advancing ``bar``; on any exception or interrupt every worker is stopped at once.
+
+    Inline, a seed aborted under ``on_client_failure = "abort"`` (lost clients) ends the whole
+    run: the tasks after it are not started, and the reason is returned (None: all ran)."""
     if workers == 1:
         for spec, run_dir in tasks:
             bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
             run_task(spec, str(run_dir))
             bar.update()
-        return
+            if seed_status(run_dir, spec.algorithm, spec.seed) == "aborted":
+                failure = read_json(
+                    seed_stem(run_dir, spec.algorithm, spec.seed).with_suffix(".json")
+                ).get("failure")
+                return (
+                    f"{spec.algorithm} seed {spec.seed} aborted ({failure}); the runs after it "
+                    "were not started (--on-client-failure abort): restart the lost node, or "
+                    "choose --on-client-failure drop, and rerun with the same --out"
+                )
+        return None
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_task, spec, str(run_dir)): spec for spec, run_dir in tasks}
         pending = set(futures)
@@ -417,6 +439,7 @@ def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: tqdm) -> Non
         except BaseException:
             _stop_workers(pool)
             raise
+    return None
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:

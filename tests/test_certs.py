@@ -276,10 +276,13 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     printed = capsys.readouterr().out
     for path in ["ca.crt", "ca.key", "server.pem", "server.key", "nodes/node0", "nodes/node1.pub"]:
         assert str(out_dir / path) in printed
-    assert "flower-superlink --ssl-ca-certfile" in printed and "--enable-supernode-auth" in printed
-    assert f"flwr supernode register {(out_dir / 'nodes' / 'node1.pub').resolve()}" in printed
-    assert "flower-supernode --superlink 127.0.0.1:9092" in printed
-    assert "--auth-supernode-private-key" in printed and "site's CA" in printed
+    assert (
+        f"fedbandit superlink --host 0.0.0.0 --port 9092 --tls-dir {out_dir.resolve()}" in printed
+    )
+    assert f"register-node {(out_dir / 'nodes' / 'node0.pub').resolve()}" in printed
+    assert "fedbandit supernode --superlink 127.0.0.1:9092 --clients" in printed
+    assert f"--auth-key {(out_dir / 'nodes' / 'node1').resolve()}" in printed
+    assert "site's CA" in printed
     san = _cert(out_dir / "server.pem").extensions.get_extension_for_class(
         x509.SubjectAlternativeName
     )
@@ -296,3 +299,42 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_default_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _cli(["keys", str(tmp_path)]) == 0
     assert "127.0.0.1, localhost" in capsys.readouterr().out
+
+
+def _commands(text: str) -> list[list[str]]:
+    """The ``fedbandit ...`` commands of a shell text (continuation lines joined), as argv."""
+    import shlex
+
+    joined = text.replace("\\\n", " ")
+    return [
+        shlex.split(line)[1:]
+        for line in joined.splitlines()
+        if line.strip().startswith("fedbandit ")
+    ]
+
+
+def test_printed_recipe_is_the_readmes_and_parses(tmp_path: Path) -> None:
+    """`fedbandit keys` prints the README's deployment commands: each parses with fedbandit's own
+    command line, uses the default ports, and has the same options as the README's command of
+    the same kind (paths and client ranges aside)."""
+    from fedbandit.cli import build_parser
+
+    pki = certs.make_dev_pki(tmp_path / "pki", ["server.example"], ["node0", "node1"])
+    printed = _commands(certs.next_steps(pki))
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Run across hosts") :]
+    documented = {argv[0]: argv for argv in _commands(section[: section.index("**Keys")])}
+    assert [argv[0] for argv in printed] == [
+        "superlink", "register-node", "supernode", "supernode", "run",
+    ]  # fmt: skip
+    parser = build_parser()
+    for argv in printed:
+        args = parser.parse_args([a.replace("FIRST-LAST", "0-49") for a in argv])
+        if argv[0] in ("supernode", "run", "register-node"):
+            assert args.superlink == "server.example:9092"
+        flags = {a for a in argv if a.startswith("--")}
+        assert flags - {"--set"} == {a for a in documented[argv[0]] if a.startswith("--")} - {
+            "--set"
+        }, argv
+    assert parser.parse_args(printed[0]).port == 9092
+    assert [parser.parse_args(a).port for a in printed[2:4]] == [9094, 9095]

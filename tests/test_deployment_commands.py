@@ -123,3 +123,37 @@ def test_cli_superlink_database_follows_in_memory(flags, database, tmp_path, cap
     assert main(argv) == 0
     printed = capsys.readouterr().out.split()
     assert printed[printed.index("--database") + 1].endswith(database)
+
+
+def test_supernode_refuses_to_start_without_a_client_range(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["supernode", "--superlink", "127.0.0.1:9092", "--insecure"])
+    assert caught.value.code == 2
+    assert "--clients" in capsys.readouterr().err
+
+
+def test_an_unreachable_superlink_is_one_line_and_leaves_the_folder_resumable(tmp_path, capsys):
+    """Nothing listens at --superlink: one error line naming it, exit 3, the folder incomplete
+    with the reason, and no traceback."""
+    import socket
+
+    from fedbandit.results import read_json
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # free once closed: nothing listens there
+    out = tmp_path / "out"
+    code = main(
+        ["run", "fedpe_tiny", "--seeds", "1", "--quiet", "--runtime", "flower", "--insecure",
+         "--superlink", f"127.0.0.1:{port}", "--out", str(out)]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3
+    errors = [line for line in err.splitlines() if line.startswith("fedbandit: error:")]
+    assert errors == [
+        f"fedbandit: error: the SuperLink at 127.0.0.1:{port} is unreachable (connection "
+        "refused): start it (`fedbandit superlink`) or check --superlink"
+    ]
+    manifest = read_json(out / "manifest.json")
+    assert manifest["status"] == "incomplete" and "unreachable" in manifest["stopped"]
+    assert "Traceback" not in err

@@ -2,6 +2,7 @@
 and every failure path (error reply, silence, malformed reply) loses the node by name under both
 client-failure policies, without the bad data ever reaching the server."""
 
+import time
 import uuid
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDict
 
 from fedbandit.config import load_experiment
+from fedbandit.errors import DeploymentError
 from fedbandit.federation.messages import Message as BanditMessage
 from fedbandit.federation.runtime import ClientFailure, run_federation
 from fedbandit.flower.apps import FlowerJob
@@ -362,10 +364,39 @@ def test_discovery_refuses_overlaps_and_names_missing_clients():
     a, _ = client_node([0, 1, 2])
     b, _ = client_node([2, 3])
     job = job_with(start_deadline=0.5)
-    with pytest.raises(RuntimeError, match=r"served by two nodes: \[2\]"):
+    with pytest.raises(
+        DeploymentError,
+        match=r"clients 2 are served by two nodes: node 1 \(clients 0-2\) and node 2 "
+        r"\(clients 2-3\)",
+    ):
         discover_nodes(FakeGrid({1: a, 2: b}), job, 6)
-    with pytest.raises(TimeoutError, match=r"no node serves clients \[3, 4, 5\]"):
+    with pytest.raises(DeploymentError, match=r"no node serves clients 3-5 after 0.5 s"):
         discover_nodes(FakeGrid({1: a}), job, 6)
+    with pytest.raises(DeploymentError, match=r"node 1 serves clients 0-2, but the experiment"):
+        discover_nodes(FakeGrid({1: a}), job, 2)
+
+
+def test_discovery_leaves_out_dead_nodes_when_the_live_ones_cover_every_client():
+    """A node the SuperLink still lists after it died (an error reply, or silence) does not stop
+    a run that the live nodes serve, even when it served the same clients as its replacement."""
+    a, _ = client_node([0, 1, 2])
+    b, _ = client_node([3, 4, 5])
+
+    def dead(message):
+        return Message(Error(code=5, reason="node unavailable"), reply_to=message)
+
+    ranges = discover_nodes(FakeGrid({7: dead, 1: a, 2: b}), job_with(start_deadline=5), 6)
+    assert sorted(ranges) == [1, 2]
+    started = time.monotonic()
+    ranges = discover_nodes(
+        FakeGrid({7: lambda message: None, 1: a, 2: b}), job_with(start_deadline=30), 6
+    )
+    assert sorted(ranges) == [1, 2]
+    assert time.monotonic() - started < 10  # a grace for the silent node, not the deadline
+    with pytest.raises(DeploymentError) as caught:
+        discover_nodes(FakeGrid({7: dead, 1: a}), job_with(start_deadline=0.3), 6)
+    assert "no node serves clients 3-5" in str(caught.value)
+    assert "not answering: node 7: error reply (code 5): node unavailable" in str(caught.value)
 
 
 def test_node_store_resumes_after_or_replays_before_the_last_round(tmp_path):

@@ -12,20 +12,28 @@ exactly once) and runs ``run_federation`` over a ``FlowerGridRuntime``
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import signal
+import socket
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
+from logging import ERROR
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from flwr.app import Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
+from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from fedbandit.config import ExperimentConfig
+from fedbandit.errors import FedbanditError
 from fedbandit.federation.protocol import ClientLogic
 from fedbandit.federation.runtime import FederationResult, run_federation
 from fedbandit.flower.codec import (
@@ -37,6 +45,7 @@ from fedbandit.flower.codec import (
     encode_regret,
     encode_state,
 )
+from fedbandit.flower.deployment import ERROR_MARK
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.instances import Instance
 from fedbandit.runspec import RunSpec
@@ -291,9 +300,16 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         deployed = job is None
         started = time.perf_counter()
-        run(_job(job, context), grid)
-        if deployed:
-            _write_result(_job(job, context), context, time.perf_counter() - started)
+        if deployed and (address := runtime_api_address(sys.argv)) is not None:
+            exit_when_unreachable(address)
+        try:
+            run(_job(job, context), grid)
+            if deployed:
+                _write_result(_job(job, context), context, time.perf_counter() - started)
+        except FedbanditError as err:  # foreseen: the driver shows this line, not the traceback
+            if deployed:
+                log(ERROR, "%s%s", ERROR_MARK, err)
+            raise
 
     def run(job: FlowerJob, grid: Grid) -> None:
         from fedbandit.simulation import build_server
@@ -311,6 +327,56 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
         job.timings[:] = runtime.timings
 
     return app
+
+
+def runtime_api_address(argv: list[str]) -> tuple[str, int] | None:
+    """The SuperLink's ServerApp API, ``--runtime-api-address HOST:PORT`` of ``flwr-serverapp``."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--runtime-api-address":
+            host, _, port = value.rpartition(":")
+            return (host.strip("[]"), int(port)) if port.isdigit() else None
+    return None
+
+
+def exit_when_unreachable(
+    address: tuple[str, int], grace_seconds: float = 15.0, every_seconds: float = 1.0
+) -> threading.Thread:
+    """Stop this ServerApp process when its SuperLink has refused connections for
+    ``grace_seconds``: Flower's ServerApp otherwise retries without limit after its SuperLink
+    died. Logs why, then interrupts the process as Flower does for a stopped run (SIGINT: its
+    exit handlers run), and ends it if that has not within 10 s."""
+
+    def reachable() -> bool:
+        try:
+            with socket.create_connection(address, timeout=every_seconds):
+                return True
+        except OSError:
+            return False
+
+    def watch() -> None:
+        lost_since: float | None = None
+        while True:
+            time.sleep(every_seconds)
+            if reachable():
+                lost_since = None
+                continue
+            lost_since = lost_since if lost_since is not None else time.monotonic()
+            if time.monotonic() - lost_since >= grace_seconds:
+                break
+        log(
+            ERROR,
+            "%sthe SuperLink at %s:%d is unreachable (for %g s); this ServerApp stops",
+            ERROR_MARK,
+            *address,
+            grace_seconds,
+        )
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(10)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="superlink-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:

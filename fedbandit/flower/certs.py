@@ -29,10 +29,10 @@ Private keys are written with mode 0600. The same files with the system tools::
         -sha256 -extfile server.ext -out server.pem
     ssh-keygen -t ecdsa -b 384 -N "" -C node0 -f nodes/node0    # nodes/node0, nodes/node0.pub
 
-Then ``flower-superlink --ssl-ca-certfile ca.crt --ssl-certfile server.pem --ssl-keyfile
-server.key --enable-supernode-auth``, ``flwr supernode register nodes/node0.pub CONNECTION``, and
-``flower-supernode --superlink HOST:9092 --root-certificates ca.crt --auth-supernode-private-key
-nodes/node0`` (``fedbandit keys`` prints these with the actual paths).
+Then ``fedbandit superlink --tls-dir OUT --node-auth``, ``fedbandit register-node
+OUT/nodes/node0.pub ...`` and ``fedbandit supernode ... --auth-key OUT/nodes/node0``
+(``fedbandit keys`` prints these with the actual paths; ``--print-command`` shows the plain
+Flower commands they run).
 """
 
 from __future__ import annotations
@@ -56,12 +56,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from fedbandit.errors import ConfigError, DeploymentError, FedbanditError
-
-#: SuperLink ports (flwr 1.42 defaults): Fleet API (SuperNodes), Control API (``flwr`` CLI).
-FLEET_PORT = 9092
-CONTROL_PORT = 9093
-#: A SuperNode's Runtime HTTP API port (flwr 1.42 default; ``flower-supernode --port``).
-RUNTIME_PORT = 9094
+from fedbandit.flower.deployment import DEFAULT_SUPERLINK_PORT, DEFAULT_SUPERNODE_PORT
 
 CA_NAME = "fedbandit development CA"
 SERVER_NAME = "fedbandit development server"
@@ -357,43 +352,49 @@ def make_dev_pki(
     return pki
 
 
-def next_steps(pki: DevPki, connection: str = "fedbandit-tls") -> str:
-    """Shell commands to start a SuperLink and SuperNodes with ``pki`` (absolute paths)."""
-    ca, cert, key = (p.resolve() for p in (pki.ca_cert, pki.server_cert, pki.server_key))
+def next_steps(pki: DevPki, port: int = DEFAULT_SUPERLINK_PORT) -> str:
+    """The commands that start a TLS deployment with ``pki``'s files (absolute paths), in order:
+    the SuperLink, the registration of the node keys, the SuperNodes, a run. They are the
+    README's "Run across hosts" commands, with the fedbandit wrappers and their default ports."""
+    ca, out = pki.ca_cert.resolve(), pki.out_dir.resolve()
     host = pki.hosts[0]
-    address = f"[{host}]" if ":" in host else host
-    flwr_home = os.environ.get("FLWR_HOME", "~/.flwr")
+    superlink = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     lines = [
-        "# 1. SuperLink (SuperNode authentication needs TLS):",
-        f"flower-superlink --ssl-ca-certfile {ca} \\",
-        f"    --ssl-certfile {cert} --ssl-keyfile {key} \\",
-        "    --enable-supernode-auth",
+        f"# Ports: the SuperLink serves SuperNodes, `fedbandit run` (flwr) and its ServerApp on "
+        f"TCP {port} alone;",
+        "# open it on the SuperLink host. SuperNodes need no inbound port (--port is a local API).",
         "",
-        f"# 2. A SuperLink connection for the flwr CLI, in {flwr_home}/config.toml:",
-        f"[superlink.{connection}]",
-        f'address = "{address}:{CONTROL_PORT}"',
-        f'root-certificates = "{ca}"',
+        "# 1. On the SuperLink host (state and node registrations in ./flower-state/superlink):",
+        f"fedbandit superlink --host 0.0.0.0 --port {port} --tls-dir {out} --node-auth",
     ]
     if pki.nodes:
-        lines += ["", "# 3. Register each SuperNode's public key:"]
+        keys = " ".join(str(node.public_key.resolve()) for node in pki.nodes)
         lines += [
-            f"flwr supernode register {node.public_key.resolve()} {connection} --name {node.name}"
-            for node in pki.nodes
+            "",
+            "# 2. Once it listens, register the node keys (kept across SuperLink restarts):",
+            f"fedbandit register-node {keys} \\",
+            f"    --superlink {superlink} --root-certificates {ca}",
+            "",
+            "# 3. On each client host (copy ca.crt and that node's private key there); the",
+            "#    --clients ranges (FIRST-LAST) must cover every client of the experiment once:",
         ]
-        lines += ["", "# 4. Start each SuperNode (on one machine: distinct Runtime API ports):"]
         for index, node in enumerate(pki.nodes):
             lines += [
-                f"flower-supernode --superlink {address}:{FLEET_PORT} --root-certificates {ca} \\",
-                f"    --auth-supernode-private-key {node.private_key.resolve()} \\",
-                f"    --port {RUNTIME_PORT + index}",
+                f"fedbandit supernode --superlink {superlink} --clients FIRST-LAST \\",
+                f"    --root-certificates {ca} --auth-key {node.private_key.resolve()} "
+                f"--port {DEFAULT_SUPERNODE_PORT + index}",
             ]
     else:
         lines += [
             "",
             "# No node keys made: add some with --node NAME, or start the SuperLink without",
-            "# --enable-supernode-auth and the SuperNodes with --root-certificates only.",
+            "# --node-auth and the SuperNodes with --root-certificates only.",
         ]
     lines += [
+        "",
+        "# 4. Run an experiment from the SuperLink host (the ServerApp writes --out there):",
+        f"fedbandit run fedpe_tiny --runtime flower --superlink {superlink} \\",
+        f"    --root-certificates {ca} --out results/fedpe_deployed",
         "",
         "# Development only: a production deployment should use the site's CA.",
     ]

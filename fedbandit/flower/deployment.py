@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -46,6 +47,21 @@ CONNECTION = "fedbandit"
 TASK_POLL_SECONDS = "0.1"
 #: Seconds between the ServerApp's pulls for replies (each is a request to the SuperLink).
 DEPLOYMENT_POLL_SECONDS = 0.05
+#: Start of the ServerApp log line that carries a foreseen error's one-line message.
+ERROR_MARK = "fedbandit-error: "
+#: Seconds ``fedbandit run`` waits for an unreachable SuperLink to come back before giving up.
+UNREACHABLE_GRACE_SECONDS = 15.0
+
+
+def unreachable(address: str, timeout: float = 3.0) -> str | None:
+    """Why nothing accepts TCP connections at ``HOST:PORT`` (e.g. "connection refused"), or None
+    when something does."""
+    host, port = split_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as err:
+        return (err.strerror or str(err) or type(err).__name__).lower()
 
 
 def flower_environment(state_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -301,10 +317,16 @@ class Submission:
         """Submit the Flower App in ``app_dir`` (fedbandit's by default) with ``run_config``, wait
         for the run to finish; its run id.
 
-        Raises ``DeploymentError`` when the SuperLink refuses the run, and with the end of the
-        ServerApp's log when the run fails; stops the run (``flwr stop``) when interrupted or past
-        ``run_timeout`` (also a ``DeploymentError``). ``done_file``, a file
+        Raises ``DeploymentError`` when the SuperLink is unreachable or refuses the run, and when
+        the run fails: with the ServerApp's one-line message for a foreseen error (a line marked
+        ``ERROR_MARK`` in its log), else the end of its log. Stops the run (``flwr stop``) and
+        says so when interrupted (Ctrl-C, SIGTERM) or past ``run_timeout``. ``done_file``, a file
         the ServerApp writes last, lets a finished run be noticed without polling ``flwr``."""
+        if why := unreachable(self.superlink):
+            raise DeploymentError(
+                f"the SuperLink at {self.superlink} is unreachable ({why}): start it "
+                "(`fedbandit superlink`) or check --superlink"
+            )
         env = self.environment()
         config_file = Path(env["FLWR_HOME"]) / f"run-config-{label}.toml"
         config_file.write_text(tomli_w.dumps(run_config))
@@ -332,22 +354,53 @@ class Submission:
                         next_check = 0.0  # written last: the run is ending, ask for its status
                         break
                     time.sleep(0.1)
-                status = self.status(env, run_id)
+                status = self._status_or_lost(env, run_id, label)
                 if status.startswith("finished"):
                     break
                 if time.monotonic() > deadline:
                     raise DeploymentError(
-                        f"run {run_id} ({label}) not finished after {self.run_timeout} s; stopped"
+                        f"Flower run {run_id} ({label}) not finished after {self.run_timeout:g} "
+                        "s (--run-timeout); stopped"
                     )
+        except SuperLinkLostError:
+            raise
         except BaseException:
-            self._stop(env, run_id)
+            self._stop(env, run_id, label)
             raise
         if status != "finished:completed":
+            tail = self.log_tail(env, run_id)
+            marked = [
+                line.split(ERROR_MARK, 1)[1] for line in tail.splitlines() if ERROR_MARK in line
+            ]
+            if marked:
+                raise DeploymentError(f"Flower run {run_id} ({label}) failed: {marked[-1]}")
             raise DeploymentError(
-                f"run {run_id} ({label}) ended {status!r}; end of its log:\n"
-                f"{self.log_tail(env, run_id)}"
+                f"Flower run {run_id} ({label}) ended {status!r}; end of its log:\n{tail}"
             )
         return run_id
+
+    def _status_or_lost(self, env: dict[str, str], run_id: int, label: str) -> str:
+        """The run's status; ``SuperLinkLostError`` when the SuperLink stays unreachable for
+        ``UNREACHABLE_GRACE_SECONDS`` (a restart within that time is waited for)."""
+        lost_since: float | None = None
+        while True:
+            try:
+                return self.status(env, run_id)
+            except DeploymentError:
+                why = unreachable(self.superlink)
+                if why is None:
+                    if lost_since is None:
+                        raise
+                    why = "it came back without the run"
+                lost_since = lost_since if lost_since is not None else time.monotonic()
+                if time.monotonic() - lost_since >= UNREACHABLE_GRACE_SECONDS:
+                    raise SuperLinkLostError(
+                        f"the SuperLink at {self.superlink} is unreachable ({why}) during Flower "
+                        f"run {run_id} ({label}); the run ended with it and its ServerApp stops "
+                        "by itself: restart the SuperLink with the same --state-dir (its nodes "
+                        "reconnect)"
+                    ) from None
+                time.sleep(1.0)
 
     def online_nodes(self) -> set[str]:
         """Ids of the SuperNodes the SuperLink lists as online (``flwr supernode ls``)."""
@@ -362,7 +415,10 @@ class Submission:
         )
         runs = reply.get("runs", [])
         if not runs:
-            raise DeploymentError(f"the SuperLink does not know run {run_id}: {reply}")
+            raise DeploymentError(
+                f"the SuperLink at {self.superlink} does not know Flower run {run_id} (was it "
+                "restarted without its --state-dir?)"
+            )
         return str(runs[0]["status"])
 
     def log_tail(self, env: dict[str, str], run_id: int, lines: int = 40) -> str:
@@ -372,11 +428,20 @@ class Submission:
             return f"(log unavailable: {err})"
         return "\n".join(text.splitlines()[-lines:])
 
-    def _stop(self, env: dict[str, str], run_id: int) -> None:
+    def _stop(self, env: dict[str, str], run_id: int, label: str) -> None:
+        """``flwr stop`` the run; says on standard error whether it was stopped."""
         try:
             self.flwr(env, "stop", str(run_id), CONNECTION, timeout=60)
         except DeploymentError as err:
-            print(f"fedbandit: could not stop run {run_id}: {err}", file=sys.stderr)
+            print(
+                f"fedbandit: could not stop Flower run {run_id} ({label}): {err}", file=sys.stderr
+            )
+        else:
+            print(f"fedbandit: stopped Flower run {run_id} ({label})", file=sys.stderr)
+
+
+class SuperLinkLostError(DeploymentError):
+    """The SuperLink stopped answering during a run (it was not stopped: there is nobody to ask)."""
 
 
 def run_seed(submission: Submission, spec: RunSpec, run_dir: Path) -> int:

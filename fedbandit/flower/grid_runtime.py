@@ -13,6 +13,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedbandit.environment import RegretRecord
+from fedbandit.errors import DeploymentError
 from fedbandit.federation import Message as BanditMessage
 from fedbandit.federation.runtime import ClientFailure, Runtime, describe_clients
 from fedbandit.flower.codec import (
@@ -352,42 +353,101 @@ class FlowerGridRuntime(Runtime):
             self.lost.pop(node, None)
 
 
+#: Seconds discovery still waits for nodes that have not answered their hello once the nodes that
+#: did cover every client: long enough for a live node's reply (to catch an overlap), short
+#: enough not to matter when the silent node is a dead one the SuperLink still lists.
+HELLO_GRACE_SECONDS = 2.0
+
+
 def discover_nodes(grid: Grid, job: FlowerJob, num_clients: int) -> dict[int, np.ndarray]:
-    """Wait (with a deadline) until nodes cover every client exactly once; their ranges. A node
-    that fails to answer its hello stops the discovery, by name."""
+    """The client range of every node taking part: each connected node is asked once (a hello)
+    which clients it serves, until the nodes that answered cover every client exactly once.
+
+    Nodes that answer with an error or stay silent are left out: the SuperLink lists a dead node
+    for a minute or more, and it must not stop a run that the live nodes can serve. Two nodes
+    serving the same client raise ``DeploymentError`` naming both at once; clients still unserved
+    at ``start_deadline`` raise it naming them, the nodes that answered and those that did not."""
     deadline = time.monotonic() + job.start_deadline
     ranges: dict[int, np.ndarray] = {}
-    counts = np.zeros(num_clients, dtype=np.int64)
-    runtime = FlowerGridRuntime(grid, {}, job.round_timeout, job.poll_seconds)
-    while time.monotonic() < deadline:
-        new = [n for n in grid.get_node_ids() if n not in ranges]
+    asked: dict[str, int] = {}  # hello message id -> node
+    failed: dict[int, str] = {}
+    covered_at: float | None = None
+    while True:
+        known = set(ranges) | set(failed) | set(asked.values())
+        new = [n for n in grid.get_node_ids() if n not in known]
         if new:
             hello = [
                 Message(RecordDict({}), dst_node_id=n, message_type="query.hello") for n in new
             ]
-            replies, errors, silent = runtime._send(hello)
-            if errors:
-                node, why = min(errors.items())
-                raise RuntimeError(f"node {node} failed: {why}")
-            if silent:
-                raise TimeoutError(
-                    f"no reply within {job.round_timeout} s from nodes {sorted(silent)}"
+            ids = grid.push_messages(hello)
+            asked.update(zip(ids, new, strict=True))
+        pending = [mid for mid, node in asked.items() if node not in ranges and node not in failed]
+        for reply in grid.pull_messages(pending) if pending else []:
+            node = asked.get(reply.metadata.reply_to_message_id)
+            if node is None or node in ranges or node in failed:
+                continue
+            if reply.has_error():
+                failed[node] = f"error reply (code {reply.error.code}): {reply.error.reason}"
+                continue
+            try:
+                ranges[node] = decode_hello(reply.content)
+            except MalformedReplyError as err:
+                failed[node] = f"malformed hello reply: {err}"
+                continue
+            if (beyond := ranges[node][ranges[node] >= num_clients]).size:
+                raise DeploymentError(
+                    f"node {node} serves clients {describe_clients(ranges[node])}, but the "
+                    f"experiment has {num_clients} clients (0-{num_clients - 1}): clients "
+                    f"{describe_clients(beyond)} do not exist; restart it with a --clients "
+                    "range inside the experiment"
                 )
-            for node, reply in replies.items():
-                try:
-                    ranges[node] = decode_hello(reply.content)
-                except MalformedReplyError:
-                    raise RuntimeError(f"node {node} sent a malformed hello reply") from None
+            _refuse_overlaps(ranges, node)
         counts = np.bincount(
             np.concatenate([*ranges.values(), np.empty(0, np.int64)]), minlength=num_clients
         )
-        if np.any(counts > 1):
-            raise RuntimeError(f"clients served by two nodes: {np.flatnonzero(counts > 1)}")
+        silent = {node for node in asked.values() if node not in ranges and node not in failed}
+        now = time.monotonic()
         if np.all(counts == 1):
-            return ranges
-        time.sleep(0.2)
-    missing = np.flatnonzero(counts == 0)
-    raise TimeoutError(f"after {job.start_deadline} s no node serves clients {missing.tolist()}")
+            covered_at = covered_at if covered_at is not None else now
+            if not silent or now - covered_at >= HELLO_GRACE_SECONDS:
+                return ranges
+        if now >= deadline:
+            raise DeploymentError(
+                _unserved(np.flatnonzero(counts == 0), job, ranges, failed, silent)
+            )
+        time.sleep(job.poll_seconds)
+
+
+def _refuse_overlaps(ranges: dict[int, np.ndarray], node: int) -> None:
+    """Raise when ``node``'s clients are already served by another node (naming both)."""
+    for other, served in ranges.items():
+        both = np.intersect1d(served, ranges[node])
+        if other != node and both.size:
+            raise DeploymentError(
+                f"clients {describe_clients(both)} are served by two nodes: node {other} "
+                f"(clients {describe_clients(served)}) and node {node} (clients "
+                f"{describe_clients(ranges[node])}); give each SuperNode its own --clients range"
+            )
+
+
+def _unserved(
+    missing: np.ndarray,
+    job: FlowerJob,
+    ranges: dict[int, np.ndarray],
+    failed: dict[int, str],
+    silent: set[int],
+) -> str:
+    """The message for clients no live node serves at the start deadline."""
+    serving = ", ".join(f"node {n} (clients {describe_clients(r)})" for n, r in ranges.items())
+    unreachable = [f"node {n}: {why}" for n, why in sorted(failed.items())]
+    unreachable += [f"node {n}: no answer" for n in sorted(silent)]
+    return (
+        f"no node serves clients {describe_clients(missing)} after {job.start_deadline:g} s "
+        f"(serving: {serving or 'none'}"
+        + (f"; not answering: {'; '.join(unreachable)}" if unreachable else "")
+        + f"); start a SuperNode with --clients {describe_clients(missing).split(',')[0]} "
+        "(one per missing range), or wait longer with --start-deadline"
+    )
 
 
 def _seconds(value: object) -> float:
