@@ -159,6 +159,10 @@ class FederatedRidgeClientBase(ClientLogic):
     ) -> Message:
         """The reply to a round, after every client has pulled and learnt: the upload rule."""
 
+    def steps_left(self) -> int:
+        """Rounds the server still sends: one per time step up to the horizon."""
+        return int(self.env.horizon - self.env.round)
+
     def _growth(self) -> np.ndarray:
         """log det V_i - log det of the reference view, per client."""
         return self.policy.learners.logdet.sum(axis=1) - self.reference_logdet
@@ -187,6 +191,12 @@ class FederatedRidgeClientBase(ClientLogic):
 
     def _uploaded(self, sending: np.ndarray) -> None:
         """Called once the ``sending`` clients have uploaded; nothing by default."""
+
+    def quiet(self, reply: Message) -> bool:
+        """An upload reply with nothing sent: the protocols that upload on a trigger
+        (Async-LinUCB, FedLinUCB) then decide no download, so the next message is an empty
+        round. (DisLinUCB and the centralised reference override or never run ahead.)"""
+        return reply.kind == "upload" and not reply.fields["send"].any()
 
     def _download(self, message: Message) -> None:
         """View = downloaded statistics + own pending data; the download is the new reference."""
@@ -331,6 +341,10 @@ class DisLinUCBClient(FederatedRidgeClientBase):
             meta={"pulls": self.env.pulls.copy()},
         )
 
+    def quiet(self, reply: Message) -> bool:
+        """No trigger: the server does not collect, so its next message is an empty round."""
+        return reply.kind == "trigger" and not reply.fields["trigger"].any()
+
 
 class DisLinUCBServer(FederatedRidgeServerBase):
     """DisLinUCB (Wang et al. 2020): any client's trigger starts a sync, one extra exchange
@@ -473,6 +487,9 @@ class FedLinUCBServer(FederatedRidgeServerBase):
 
 class CentralLinUCBClient(FederatedRidgeClientBase):
     """Centralised LinUCB: every client uploads each sample (x, r, arm), every round."""
+
+    def quiet(self, reply: Message) -> bool:
+        return False  # every round's samples change the server's statistics and downloads
 
     def _reply(
         self,

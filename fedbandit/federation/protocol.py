@@ -90,3 +90,17 @@ class ClientLogic(ABC):
     def regret_record(self) -> RegretRecord:
         """The environment's record of the true regret (a measurement, not communication)."""
         return self.env.record()
+
+    def quiet(self, reply: Message) -> bool:
+        """True when the server, given ``reply`` (this group's answer to a round), certainly does
+        nothing but configure the next step as an empty round,
+        ``Message("round", reply.round + 1, ids, {})``, as long as every other group's reply is
+        quiet too. A runtime may then let the group run ahead on such empty rounds without asking
+        the server (``fedbandit.federation.run_ahead``), and the results stay identical.
+        Default: never (every reply goes to the server before the group acts again)."""
+        return False
+
+    def steps_left(self) -> int:
+        """How many more empty rounds the server may still send (its horizon); consulted only
+        after a quiet reply."""
+        return 0
