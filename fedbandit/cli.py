@@ -93,6 +93,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         start_deadline=args.start_deadline,
         reconnect_timeout=args.reconnect_timeout,
         run_timeout=args.run_timeout,
+        steps_per_round=args.steps_per_round,
         superlink=args.superlink,
         insecure=args.insecure,
         root_certificates=args.root_certificates,
@@ -435,6 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--run-timeout", type=float, default=3600.0, help="seconds per seed on a deployment"
+    )
+    run.add_argument(
+        "--steps-per-round",
+        type=int,
+        default=256,
+        help="flower runtimes: logical exchanges one Flower round may carry; DisLinUCB, "
+        "Async-LinUCB and FedLinUCB clients run ahead until a communication event (results "
+        "identical; 1: every step travels)",
     )
     run.add_argument(
         "--reconnect-timeout",

@@ -19,8 +19,9 @@ from fedbandit.rng import run_entropy
 
 class RuntimeOptions(BaseModel):
     """How a run is executed. Only ``runtime`` and the options that change what is computed
-    (``nodes``, ``on_client_failure``) are compared when a folder is resumed; timeouts and the
-    SuperLink address may change between attempts."""
+    (``nodes``, ``on_client_failure``) are compared when a folder is resumed; timeouts, the
+    SuperLink address and ``steps_per_round`` (results are identical) may change between
+    attempts."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,6 +37,12 @@ class RuntimeOptions(BaseModel):
     superlink: str | None = Field(None, description="HOST:PORT of a deployment's SuperLink")
     insecure: bool = Field(False, description="plain HTTP to the SuperLink (loopback only)")
     root_certificates: Path | None = Field(None, description="CA certificate of the SuperLink")
+    steps_per_round: int = Field(
+        256,
+        ge=1,
+        description="logical exchanges one Flower round may carry: protocols that talk every "
+        "step let their clients run ahead until an event (results are identical)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RuntimeOptions:
@@ -58,6 +65,13 @@ class RuntimeOptions(BaseModel):
         if self.nodes is not None and self.runtime != "flower-sim":
             raise ValueError("nodes (--nodes) applies to runtime 'flower-sim' only")
         return self
+
+    @property
+    def run_ahead_budget(self) -> int:
+        """``steps_per_round`` as used: 1 with ``reconnect_timeout`` (a SuperNode restarted
+        from its saved state resumes from the state after a whole delivery, so each step must
+        travel on its own)."""
+        return 1 if self.reconnect_timeout > 0 else self.steps_per_round
 
     def identity(self) -> dict[str, Any]:
         """The options that change results: compared when a results folder is resumed."""

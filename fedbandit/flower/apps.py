@@ -35,15 +35,20 @@ from flwr.serverapp import Grid, ServerApp
 from fedbandit.config import ExperimentConfig
 from fedbandit.errors import FedbanditError
 from fedbandit.federation.protocol import ClientLogic
+from fedbandit.federation.run_ahead import Ahead, rewind, run_ahead
 from fedbandit.federation.runtime import FederationResult, run_federation
 from fedbandit.flower.codec import (
+    AHEAD_KEY,
     TIMING_KEY,
     decode,
+    decode_ahead,
     decode_state,
     encode,
+    encode_ahead,
     encode_hello,
     encode_regret,
     encode_state,
+    encode_steps,
 )
 from fedbandit.flower.deployment import ERROR_MARK
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
@@ -274,21 +279,48 @@ def build_client_app(job: FlowerJob | None = None) -> ClientApp:
         started = time.perf_counter()
         request = decode(message.content)
         logic, store = _client_logic(_job(job, context), context, request.round)
+        control = message.content.config_records.get(AHEAD_KEY)
+        if control is not None:
+            _rewind(logic, context, control)
         before = _copy(logic.state_dict()) if store is not None else {}
-        reply = logic.handle(request)
+        if control is None:
+            content = encode(logic.handle(request))
+        else:
+            replies, ahead = run_ahead(logic, request, int(str(control["budget"])))
+            encode_ahead(ahead, context.state)
+            content = encode_steps(replies)
         encode_state(logic.state_dict(), context.state)
         if store is not None:
             store.save(request.round, before, logic.state_dict())
-        content = encode(reply)
         content[TIMING_KEY] = MetricRecord({"handler-s": time.perf_counter() - started})
         return Message(content, reply_to=message)
 
     @app.query("regret")
     def regret(message: Message, context: Context) -> Message:
-        record = _client_logic(_job(job, context), context)[0].regret_record()
-        return Message(encode_regret(record), reply_to=message)
+        logic = _client_logic(_job(job, context), context)[0]
+        control = message.content.config_records.get(AHEAD_KEY)
+        if control is not None:
+            _rewind(logic, context, control)
+            encode_state(logic.state_dict(), context.state)
+        return Message(encode_regret(logic.regret_record()), reply_to=message)
 
     return app
+
+
+def _rewind(logic: ClientLogic, context: Context, control: Any) -> None:
+    """Bring a group that ran ahead in its last delivery back to the exchanges the server used
+    (``control["consumed"]``; 0: nothing to do), from its run-ahead memory in ``context.state``."""
+    consumed = int(str(control["consumed"]))
+    if consumed == 0:
+        return
+    ahead = decode_ahead(context.state, logic.client_ids)
+    if ahead is None:
+        raise RuntimeError(
+            f"asked to go back to exchange {consumed} of the last delivery, but this node holds "
+            "no run-ahead memory (was it restarted?)"
+        )
+    rewind(logic, ahead, consumed)
+    encode_ahead(Ahead(None, ahead.first, min(consumed, ahead.ran)), context.state)
 
 
 def build_server_app(job: FlowerJob | None = None) -> ServerApp:
@@ -321,7 +353,12 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
         )
         ranges = discover_nodes(grid, job, instance.num_clients)
         runtime = FlowerGridRuntime(
-            grid, ranges, job.round_timeout, job.poll_seconds, job.reconnect_seconds
+            grid,
+            ranges,
+            job.round_timeout,
+            job.poll_seconds,
+            job.reconnect_seconds,
+            job.spec.options.run_ahead_budget,
         )
         job.results.append(run_federation(server, runtime, job.on_client_failure))
         job.timings[:] = runtime.timings

@@ -2,8 +2,11 @@
 
 - ``Message`` <-> Flower ``RecordDict`` (``encode``/``decode``): the arrays packed into one
   ``ArrayRecord`` (raw bytes with their dtypes and shapes, never pickles), the header and layout
-  as JSON in a ``ConfigRecord``. A field that is the same for every client of a node (a broadcast
-  view, leading stride 0) travels once per node and is expanded on arrival.
+  as JSON in a ``ConfigRecord``; a group's run-ahead replies the same way, one buffer for all
+  (``encode_steps``/``decode_steps``), and the run-ahead instructions of a delivered message
+  (``AHEAD_KEY``: step budget, exchanges used of the previous one). A field that is the same for
+  every client of a node (a broadcast view, leading stride 0) travels once per node and is
+  expanded on arrival.
 - A node's ``hello`` reply, its client ids (``encode_hello``/``decode_hello``).
 - A client group's ``RegretRecord`` (``encode_regret``/``decode_regret``, checked against the
   node's clients).
@@ -23,6 +26,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from fedbandit.environment import RegretRecord
 from fedbandit.federation.messages import Message
+from fedbandit.federation.run_ahead import Ahead
 
 
 class MalformedReplyError(ValueError):
@@ -36,6 +40,13 @@ STATE_KEY = "fedbandit.state"
 SCALARS_KEY = "fedbandit.scalars"
 #: Key of the reply record with the ClientApp handler's seconds (a measurement, not counted).
 TIMING_KEY = "timing"
+#: Key of a delivered message's run-ahead instructions: ``budget`` (exchanges the group may run)
+#: and ``consumed`` (exchanges used of its previous delivery; 0: nothing to rewind).
+AHEAD_KEY = "fedbandit.ahead"
+#: Keys in ``context.state`` of a group's run-ahead memory (``fedbandit.federation.run_ahead``).
+AHEAD_STATE_KEY = "fedbandit.ahead.base"
+AHEAD_SCALARS_KEY = "fedbandit.ahead.scalars"
+AHEAD_INFO_KEY = "fedbandit.ahead.info"
 
 
 def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[list[Any]]]:
@@ -75,35 +86,114 @@ def unpack(buffer: np.ndarray, layout: list[list[Any]]) -> dict[str, np.ndarray]
     return arrays
 
 
-def encode(message: Message) -> RecordDict:
-    fields, broadcast = {}, []
+def _flatten(message: Message, prefix: str = "") -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A message's arrays (named ``PREFIXsection/name``) and its header without the layout."""
+    fields, broadcast, compact = {}, [], {}
     for name, value in message.fields.items():
         if value.ndim >= 1 and value.shape[0] > 1 and value.strides[0] == 0:
             fields[name] = value[0]
             broadcast.append(name)
+        elif (entries := _masked_entries(message, name, value)) is not None:
+            fields[name] = entries
+            compact[name] = list(value.shape[message.fields[message.sparse[name]].ndim :])
         else:
             fields[name] = value
-    buffer, layout = pack(
-        {
-            "ids/client_ids": message.client_ids,
-            **{f"fields/{k}": v for k, v in fields.items()},
-            **{f"meta/{k}": v for k, v in message.meta.items()},
-        }
-    )
+    arrays = {
+        f"{prefix}ids/client_ids": message.client_ids,
+        **{f"{prefix}fields/{k}": v for k, v in fields.items()},
+        **{f"{prefix}meta/{k}": v for k, v in message.meta.items()},
+    }
     header = {
         "kind": message.kind,
         "round": message.round,
         "sparse": dict(message.sparse),
         "known": sorted(message.known),
         "broadcast": broadcast,
-        "layout": layout,
+        "compact": compact,
     }
+    return arrays, header
+
+
+def _masked_entries(message: Message, name: str, value: np.ndarray) -> np.ndarray | None:
+    """A sparse field's entries under its mask, when every entry outside it is a zero bit for
+    bit (so that filling zeros on arrival gives the same array); else None (sent whole). An
+    upload with nothing to send then travels as a mask, not as d x d zeros per client."""
+    mask_name = message.sparse.get(name)
+    if mask_name is None or name in message.sparse.values():  # masks always travel whole
+        return None
+    mask = message.fields[mask_name]
+    if mask.dtype != np.bool_ or value.shape[: mask.ndim] != mask.shape:
+        return None
+    outside = np.ascontiguousarray(value[~mask])
+    if outside.view(np.uint8).any():
+        return None
+    return np.ascontiguousarray(value[mask])
+
+
+def _records(arrays: dict[str, np.ndarray], header: dict[str, Any]) -> RecordDict:
+    buffer, layout = pack(arrays)
     return RecordDict(
         {
-            "header": ConfigRecord({"json": json.dumps(header)}),
+            "header": ConfigRecord({"json": json.dumps({**header, "layout": layout})}),
             "data": ArrayRecord({"packed": Array(buffer)}),
         }
     )
+
+
+def encode(message: Message) -> RecordDict:
+    arrays, header = _flatten(message)
+    return _records(arrays, header)
+
+
+def encode_steps(messages: list[Message]) -> RecordDict:
+    """Several replies (a group's run-ahead exchanges, ``fedbandit.federation.run_ahead``) in
+    one record: one packed buffer, one header per reply."""
+    arrays: dict[str, np.ndarray] = {}
+    headers = []
+    for step, message in enumerate(messages):
+        part, header = _flatten(message, f"{step}:")
+        arrays.update(part)
+        headers.append(header)
+    return _records(arrays, {"steps": headers})
+
+
+def decode_steps(
+    record: RecordDict, expected_ids: np.ndarray, first_round: int, max_steps: int
+) -> list[Message]:
+    """The replies of ``encode_steps``: at least one and at most ``max_steps``, for exchanges
+    ``first_round``, ``first_round + 1``, ... in order, each checked as ``decode`` checks one."""
+    try:
+        header = json.loads(str(record.config_records["header"]["json"]))
+        arrays = unpack(record.array_records["data"]["packed"].numpy(), header["layout"])
+        steps = list(header["steps"])
+    except (KeyError, ValueError, TypeError) as err:
+        raise MalformedReplyError(f"not a fedbandit run-ahead reply: {err}") from None
+    if not 1 <= len(steps) <= max_steps:
+        raise MalformedReplyError(f"{len(steps)} run-ahead replies, expected 1 to {max_steps}")
+    by_step: list[dict[str, np.ndarray]] = [{} for _ in steps]
+    for key, value in arrays.items():
+        step, _, name = key.partition(":")
+        if not step.isdigit() or int(step) >= len(steps):
+            raise MalformedReplyError(f"run-ahead reply holds an array of no step: {key!r}")
+        by_step[int(step)][name] = value
+    return [
+        _message(part, header, expected_ids, first_round + step, None)
+        for step, (part, header) in enumerate(zip(by_step, steps, strict=True))
+    ]
+
+
+def _expand(entries: np.ndarray, mask: np.ndarray, tail: list[int], name: str) -> np.ndarray:
+    """A compact sparse field back to its full shape: its entries under the mask, zeros
+    elsewhere (as they were, bit for bit, when it was sent)."""
+    shape = (*mask.shape, *(int(k) for k in tail))
+    if mask.dtype != np.bool_ or entries.shape != (int(mask.sum()), *shape[mask.ndim :]):
+        raise MalformedReplyError(
+            f"compact field {name!r} of shape {entries.shape} does not fit its mask "
+            f"{mask.shape} ({int(mask.sum()) if mask.dtype == np.bool_ else mask.dtype} set)"
+        )
+    full = np.zeros(shape, dtype=entries.dtype)
+    full[mask] = entries
+    return full
 
 
 def decode(
@@ -118,6 +208,17 @@ def decode(
         arrays = unpack(record.array_records["data"]["packed"].numpy(), header["layout"])
     except (KeyError, ValueError, TypeError) as err:
         raise MalformedReplyError(f"not a fedbandit message: {err}") from None
+    return _message(arrays, header, expected_ids, expected_round, expected_kinds)
+
+
+def _message(
+    arrays: dict[str, np.ndarray],
+    header: dict[str, Any],
+    expected_ids: np.ndarray | None,
+    expected_round: int | None,
+    expected_kinds: Collection[str] | None,
+) -> Message:
+    """The ``Message`` of a header and its arrays (``section/name``), checked."""
     sections: dict[str, dict[str, np.ndarray]] = {"ids": {}, "fields": {}, "meta": {}}
     for key, value in arrays.items():
         section, _, name = key.partition("/")
@@ -139,8 +240,13 @@ def decode(
         raise MalformedReplyError(
             f"reply of kind {header.get('kind')!r}, expected {expected_kinds}"
         )
-    for name in header.get("broadcast", []):
-        fields[name] = np.broadcast_to(fields[name], (len(ids), *fields[name].shape))
+    try:
+        for name in header.get("broadcast", []):
+            fields[name] = np.broadcast_to(fields[name], (len(ids), *fields[name].shape))
+        for name, tail in header.get("compact", {}).items():
+            fields[name] = _expand(fields[name], fields[header["sparse"][name]], tail, name)
+    except KeyError as err:
+        raise MalformedReplyError(f"broadcast or compact field {err} is missing") from None
     for name, value in {**fields, **meta}.items():
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
             raise MalformedReplyError(f"field {name!r} holds NaN or infinite values")
@@ -242,6 +348,36 @@ def decode_state(source: RecordDict) -> dict[str, np.ndarray] | None:
         key: array.numpy().reshape(()) if key in scalars else array.numpy()
         for key, array in stored.items()
     }
+
+
+def encode_ahead(ahead: Ahead, target: RecordDict) -> None:
+    """A group's run-ahead memory into ``target`` (``context.state``): its state after the
+    first exchange, that exchange's round and how many it ran. Only the round and the client ids
+    of the first message are kept: a rewind replays empty rounds after it."""
+    info = {"round": ahead.first.round, "ran": ahead.ran, "base": ahead.base is not None}
+    target.config_records[AHEAD_INFO_KEY] = ConfigRecord({"json": json.dumps(info)})
+    if ahead.base is not None:
+        staged = RecordDict()
+        encode_state(ahead.base, staged)
+        target.array_records[AHEAD_STATE_KEY] = staged.array_records[STATE_KEY]
+        target.config_records[AHEAD_SCALARS_KEY] = staged.config_records[SCALARS_KEY]
+    elif AHEAD_STATE_KEY in target.array_records:
+        del target.array_records[AHEAD_STATE_KEY]
+
+
+def decode_ahead(source: RecordDict, client_ids: np.ndarray) -> Ahead | None:
+    """The run-ahead memory ``encode_ahead`` wrote for the group of ``client_ids``, or None."""
+    if AHEAD_INFO_KEY not in source.config_records:
+        return None
+    info = json.loads(str(source.config_records[AHEAD_INFO_KEY]["json"]))
+    base = None
+    if info["base"]:
+        staged = RecordDict()
+        staged.array_records[STATE_KEY] = source.array_records[AHEAD_STATE_KEY]
+        staged.config_records[SCALARS_KEY] = source.config_records[AHEAD_SCALARS_KEY]
+        base = decode_state(staged)
+    first = Message("round", int(info["round"]), client_ids, {})
+    return Ahead(base, first, int(info["ran"]))
 
 
 def _number(value: object) -> float:

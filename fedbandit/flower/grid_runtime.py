@@ -9,19 +9,22 @@ import time
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import Message, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedbandit.environment import RegretRecord
 from fedbandit.errors import DeploymentError
 from fedbandit.federation import Message as BanditMessage
+from fedbandit.federation.run_ahead import ReplyBuffer, empty_round
 from fedbandit.federation.runtime import ClientFailure, Runtime, describe_clients
 from fedbandit.flower.codec import (
+    AHEAD_KEY,
     TIMING_KEY,
     MalformedReplyError,
     decode,
     decode_hello,
     decode_regret,
+    decode_steps,
     encode,
 )
 
@@ -57,8 +60,13 @@ class FlowerGridRuntime(Runtime):
         timeout: float,
         poll_seconds: float,
         reconnect_seconds: float = 0.0,
+        steps_per_round: int = 1,
     ) -> None:
         self.grid, self.ranges = grid, dict(ranges)
+        #: Logical exchanges one delivered message may carry (``fedbandit.federation.run_ahead``).
+        self.steps_per_round = steps_per_round
+        self.buffer = ReplyBuffer()
+        self._delivered_to: set[int] = set()  # nodes of the last delivery (they may rewind)
         self.timeout, self.poll_seconds = timeout, poll_seconds
         #: How long a round waits for a restarted node (new node id, same clients) to replace a
         #: silent or failed one; the round is then delivered to it again.
@@ -203,8 +211,35 @@ class FlowerGridRuntime(Runtime):
             rejected[node] = f"malformed reply: {why}"
         return rejected
 
+    def _content(self, node: int, part: BanditMessage, budget: int) -> RecordDict:
+        """A delivered message's records: the message, and with run-ahead its instructions."""
+        content = encode(part)
+        if self.steps_per_round > 1:
+            consumed = self.buffer.consumed if node in self._delivered_to else 0
+            content[AHEAD_KEY] = ConfigRecord({"budget": budget, "consumed": consumed})
+        return content
+
+    def _decode(self, reply: Message, sent: BanditMessage, budget: int) -> list[BanditMessage]:
+        """A node's replies to ``sent`` (one per exchange it ran), checked; MalformedReplyError."""
+        if self.steps_per_round > 1:
+            parts = decode_steps(reply.content, sent.client_ids, sent.round, budget)
+        else:
+            parts = [decode(reply.content, sent.client_ids, sent.round)]
+        assumed = sent
+        for index, part in enumerate(parts):
+            if index:
+                assumed = empty_round(assumed)
+            self._check_reply(assumed, part)
+        return parts
+
     def exchange(self, message: BanditMessage) -> BanditMessage:
-        """The joined replies; raises ``ClientFailure`` when nodes are lost (see the class)."""
+        """The joined replies; raises ``ClientFailure`` when nodes are lost (see the class).
+        With ``steps_per_round`` > 1 the nodes may run ahead: the replies of the exchanges all
+        of them ran are kept and returned without delivering while the server's messages are
+        the empty rounds they assumed."""
+        if self.steps_per_round > 1 and (stored := self.buffer.take(message)) is not None:
+            return stored
+        budget = self.steps_per_round
         sent: dict[int, BanditMessage] = {}
         out, failures = [], {}
         for node, ids in self.ranges.items():
@@ -215,7 +250,8 @@ class FlowerGridRuntime(Runtime):
             if node in self.lost:
                 failures[node] = f"lost earlier: {self.lost[node]}"
             else:
-                out.append(Message(encode(sent[node]), dst_node_id=node, message_type="train.step"))
+                content = self._content(node, sent[node], budget)
+                out.append(Message(content, dst_node_id=node, message_type="train.step"))
         served = np.concatenate([p.client_ids for p in sent.values()] + [np.empty(0, np.int64)])
         if len(served) != message.num_clients:
             unserved = np.setdiff1d(message.client_ids, served)
@@ -242,23 +278,26 @@ class FlowerGridRuntime(Runtime):
         self._last_end = time.perf_counter()
         failures.update(errors)
         failures.update({node: f"no reply within {self.timeout:g} s" for node in silent})
-        decoded = {}
+        decoded, steps = {}, {}
         for node, reply in replies.items():
             try:
-                part = decode(reply.content, sent[node].client_ids, message.round)
-                self._check_reply(sent[node], part)
+                steps[node] = self._decode(reply, sent[node], budget)
             except MalformedReplyError as err:
                 failures[node] = f"malformed reply: {err}"
             else:
-                decoded[node] = part
+                decoded[node] = steps[node][0]
         failures.update(self._outvoted(message.kind, decoded))
         unreachable = [n for n in failures if n in errors or n in silent]
         if unreachable and self.reconnect_seconds > 0:
-            self._reconnect(unreachable, sent, message, failures, decoded)
-        parts = [decoded[node] for node in sorted(decoded) if node not in failures]
+            self._reconnect(unreachable, sent, message, failures, steps)
+            decoded = {node: parts[0] for node, parts in steps.items()}
+        good = [node for node in sorted(decoded) if node not in failures]
+        self._delivered_to = set(good)
         if failures:
+            self.buffer.consumed = 1  # the survivors' first exchange is used, no more
+            parts = [decoded[node] for node in good]
             raise self._failure(failures, BanditMessage.concatenate(parts) if parts else None)
-        return BanditMessage.concatenate(parts)
+        return self.buffer.store(message, [steps[node] for node in good])
 
     def _reconnect(
         self,
@@ -266,11 +305,11 @@ class FlowerGridRuntime(Runtime):
         sent: dict[int, BanditMessage],
         message: BanditMessage,
         failures: dict[int, str],
-        decoded: dict[int, BanditMessage],
+        decoded: dict[int, list[BanditMessage]],
     ) -> None:
         """Wait up to ``reconnect_seconds`` for new nodes serving exactly the clients of the
         ``unreachable`` ones (restarted SuperNodes), move those clients to them and deliver the
-        round again; updates ``failures`` and ``decoded`` in place."""
+        round again; updates ``failures`` and ``decoded`` (each node's replies) in place."""
         waiting = {node: self.ranges[node] for node in unreachable}
         deadline = time.monotonic() + self.reconnect_seconds
         while waiting and time.monotonic() < deadline:
@@ -294,28 +333,32 @@ class FlowerGridRuntime(Runtime):
                 self.lost.pop(old, None)
                 sent[node] = sent.pop(old)
                 reason = failures.pop(old)
-                again = Message(encode(sent[node]), dst_node_id=node, message_type="train.step")
+                content = self._content(node, sent[node], self.steps_per_round)
+                again = Message(content, dst_node_id=node, message_type="train.step")
                 answers, errors, _ = self._send([again])
                 try:
                     if node not in answers:
                         raise MalformedReplyError(errors.get(node, "no reply"))
-                    part = decode(answers[node].content, sent[node].client_ids, message.round)
-                    self._check_reply(sent[node], part)
+                    parts = self._decode(answers[node], sent[node], self.steps_per_round)
                 except MalformedReplyError as err:
                     failures[node] = f"{reason}; its replacement failed too: {err}"
                 else:
-                    decoded[node] = part
+                    decoded[node] = parts
             if waiting:
                 time.sleep(0.5)
 
     def regret_records(self) -> list[RegretRecord]:
         """The records of the nodes still reachable; nodes that fail now are lost (ClientFailure):
         the next call leaves them out."""
-        messages = [
-            Message(RecordDict({}), dst_node_id=node, message_type="query.regret")
-            for node in self.ranges
-            if node not in self.lost
-        ]
+        messages = []
+        for node in self.ranges:
+            if node in self.lost:
+                continue
+            content = RecordDict({})
+            if self.steps_per_round > 1:  # a node that ran ahead rewinds first
+                consumed = self.buffer.consumed if node in self._delivered_to else 0
+                content[AHEAD_KEY] = ConfigRecord({"budget": 1, "consumed": consumed})
+            messages.append(Message(content, dst_node_id=node, message_type="query.regret"))
         replies, failures, silent = self._send(messages)
         failures.update({node: f"no reply within {self.timeout:g} s" for node in silent})
         records: dict[int, RegretRecord] = {}
