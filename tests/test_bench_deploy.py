@@ -198,6 +198,16 @@ def _fake_result() -> dict:
             "wall_ratio": 0.75,
             "exchange_ratio": 0.5,
         },
+        "contextual": {
+            "dislinucb": {
+                "T": 60,
+                "flower_rounds": 5,
+                "communication_rounds": 7,
+                "wall_s": 20.0,
+                "median_exchange_s": 1.5,
+                "identical": True,
+            }
+        },
     }
 
 
@@ -207,14 +217,17 @@ def test_format_table_prints_every_part():
     assert "same nodes in one run" in table
     for text in ("40.0 s", "<= 180 s", "0.010 / 0.500 / 0.020 s", "true", "1.30", "<= 1.5",
                  "240 241 242 243", "<= 2048", "30.0 s (0.75 x part 1)",
-                 "0.260 s (0.50 x part 1)"):  # fmt: skip
+                 "0.260 s (0.50 x part 1)", "5 fed_contextual T=60", "5 (7 with messages)",
+                 "20.0 s; 1.500 s"):  # fmt: skip
         assert text in table, text
 
 
 @pytest.mark.slow
 def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     result = BENCHMARKS["deploy"](quick=True)
-    assert set(result) == {"quick", "nodes", "startup_s", "fedpe", "echo", "memory", "in_memory"}
+    assert set(result) == {
+        "quick", "nodes", "startup_s", "fedpe", "echo", "memory", "in_memory", "contextual",
+    }  # fmt: skip
     fedpe, echo, memory = result["fedpe"], result["echo"], result["memory"]
     assert result["quick"] is True and result["nodes"] == 4
     assert fedpe["identical"] is True
@@ -231,4 +244,7 @@ def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     in_memory = result["in_memory"]
     assert in_memory["identical"] is True
     assert in_memory["wall_s"] > 0 and math.isfinite(in_memory["exchange_ratio"])
+    contextual = result["contextual"]["dislinucb"]
+    assert contextual["identical"] is True
+    assert 0 < contextual["flower_rounds"] < contextual["T"]
     assert "deploy:" in format_table("deploy", result)

@@ -270,3 +270,25 @@ def test_restarted_supernode_resumes_from_its_saved_state(deployment, tmp_path):
     assert code == 0, deployment.logs()
     assert_same_results(tmp_path / "local", tmp_path / "flower", ["fedpe"])
     assert list((tmp_path / "node1" / "clients").glob("run-*/clients-3-3.npz"))
+
+
+def test_per_step_protocols_run_ahead_on_a_deployment(deployment, tmp_path):
+    """DisLinUCB and Async-LinUCB, which talk every step, on two SuperNodes: each Flower round
+    carries the steps up to the next communication event, and regret and communication equal
+    the local run's, in far fewer rounds than steps."""
+    algorithms = ["dislinucb", "async_linucb"]
+    experiment = [
+        "contextual_tiny", "--seeds", "1", "--quiet", "--set", "horizon=300",
+        "--set", f"algorithms={json.dumps(algorithms)}", "--set", "instance.num_clients=6",
+    ]  # fmt: skip
+    superlink = start_loopback(deployment, ["0-2", "3-5"])
+    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
+    code = run_cli(
+        "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
+        "--out", str(tmp_path / "flower"),
+    )  # fmt: skip
+    assert code == 0, deployment.logs()
+    assert_same_results(tmp_path / "local", tmp_path / "flower", algorithms)
+    for algorithm in algorithms:
+        rounds = len(files_of(tmp_path / "flower", algorithm, "latency"))
+        assert rounds < 300 / 5, (algorithm, rounds)

@@ -61,16 +61,27 @@ RUN_TIMEOUT = 1800.0
 
 @dataclass(frozen=True)
 class Sizes:
-    """Clients and horizon of the latency run (steps 1-2) and of the memory run (step 3)."""
+    """Clients and horizon of the latency run (steps 1-2), of the memory run (step 3), and the
+    horizon of the contextual run (step 5, ``fed_contextual``'s 20 clients)."""
 
     clients: int
     horizon: int
     memory_clients: int
     memory_horizon: int
+    contextual_horizon: int
+    #: The per-step protocols of step 5 (the centralised reference syncs every step).
+    contextual_algorithms: tuple[str, ...] = ("dislinucb", "async_linucb", "fedlinucb")
 
 
-FULL = Sizes(clients=100, horizon=2**12, memory_clients=10_000, memory_horizon=2**12)
-QUICK = Sizes(clients=8, horizon=16, memory_clients=400, memory_horizon=16)
+FULL = Sizes(
+    clients=100, horizon=2**12, memory_clients=10_000, memory_horizon=2**12,
+    contextual_horizon=20_000,
+)  # fmt: skip
+QUICK = Sizes(
+    clients=8, horizon=16, memory_clients=400, memory_horizon=16, contextual_horizon=60,
+    contextual_algorithms=("dislinucb",),
+)  # fmt: skip
+CONTEXTUAL_CLIENTS = 20
 
 
 # --- pure helpers -------------------------------------------------------------------------------
@@ -572,6 +583,52 @@ def measure_in_memory(
     }
 
 
+def measure_contextual(
+    cluster: Cluster, submission: Submission, sizes: Sizes, root: Path
+) -> dict[str, Any]:
+    """Step 5: ``fed_contextual`` (20 clients on four fresh SuperNodes, one seed) with the
+    per-step protocols: Flower rounds and wall time per algorithm with run-ahead (the default
+    ``--steps-per-round``), against the T rounds the per-step protocol needs; regret identical
+    to the local run."""
+    before = submission.online_nodes()
+    cluster.stop([name for name in cluster.alive if "node" in name])
+    cluster.start_nodes(CONTEXTUAL_CLIENTS, "contextual")
+    wait_for_nodes(cluster, submission, exclude=before)
+    results = {}
+    for algorithm in sizes.contextual_algorithms:
+        experiment = [
+            "fed_contextual", "--seeds", "1", "--quiet",
+            "--set", f"horizon={sizes.contextual_horizon}", "--set", f'algorithms=["{algorithm}"]',
+            "--set", "params={}",
+        ]  # fmt: skip
+        flower_out, local_out = root / f"ctx-{algorithm}-flower", root / f"ctx-{algorithm}-local"
+        wall = run_fedbandit(
+            ["run", *experiment, "--runtime", "flower", "--superlink", cluster.superlink,
+             "--insecure", "--out", str(flower_out)],
+            root / f"ctx-{algorithm}-flower.log",
+        )  # fmt: skip
+        run_fedbandit(
+            ["run", *experiment, "--out", str(local_out)], root / f"ctx-{algorithm}-local.log"
+        )
+        seed = flower_out / "runs" / algorithm / "seed_0"
+        latency = pd.read_csv(seed.with_suffix(".latency.csv"))
+        totals = json.loads(seed.with_suffix(".json").read_text())["totals"]
+        identical = all(
+            seed.with_suffix(suffix).read_bytes()
+            == (local_out / "runs" / algorithm / "seed_0").with_suffix(suffix).read_bytes()
+            for suffix in (".regret.csv", ".comm.csv")
+        )
+        results[algorithm] = {
+            "T": sizes.contextual_horizon,
+            "flower_rounds": len(latency),
+            "communication_rounds": int(totals["rounds"]),
+            "wall_s": wall,
+            "median_exchange_s": float(latency["exchange_s"].median()),
+            "identical": identical,
+        }
+    return results
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """In the main thread, SIGTERM raises ``KeyboardInterrupt`` (so that ``finally`` blocks stop
@@ -616,6 +673,12 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
             echo = measure_echo(cluster, submission, fedpe, root)
             memory = measure_memory(cluster, submission, sizes, root, nodes)
             in_memory = measure_in_memory(cluster, root / "flwr-cli-in-memory", sizes, root, fedpe)
+            contextual = measure_contextual(
+                cluster,
+                Submission(cluster.superlink, root / "flwr-cli-in-memory", insecure=True),
+                sizes,
+                root,
+            )
             ok = True
         except BaseException:
             print(f"fedbandit bench deploy: failed; logs kept in {root}", file=sys.stderr)
@@ -632,6 +695,7 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
         "echo": echo,
         "memory": memory,
         "in_memory": in_memory,
+        "contextual": contextual,
     }
 
 
@@ -680,6 +744,16 @@ def format_deploy(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
          ""),
         ("", "regret identical to local run", str(in_memory["identical"]).lower(), "true"),
     ]  # fmt: skip
+    for index, (algorithm, run) in enumerate(result["contextual"].items()):
+        part = f"5 fed_contextual T={run['T']}" if index == 0 else ""
+        rows += [
+            (part, f"{algorithm}: Flower rounds (per-step: T + syncs)",
+             f"{run['flower_rounds']} ({run['communication_rounds']} with messages)", ""),
+            ("", f"{algorithm}: wall time; median round",
+             f"{run['wall_s']:.1f} s; {run['median_exchange_s']:.3f} s", ""),
+            ("", f"{algorithm}: regret and communication identical to local",
+             str(run["identical"]).lower(), "true"),
+        ]  # fmt: skip
     title = (
         f"deploy: SuperLink + {result['nodes']} SuperNodes on loopback (started in "
         f"{result['startup_s']:.1f} s); fedbandit and echo ran on the same nodes in one run; "
