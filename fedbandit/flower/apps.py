@@ -37,6 +37,7 @@ from fedbandit.errors import FedbanditError
 from fedbandit.federation.protocol import ClientLogic
 from fedbandit.federation.run_ahead import Ahead, rewind, run_ahead
 from fedbandit.federation.runtime import FederationResult, run_federation
+from fedbandit.flower import pull_backoff
 from fedbandit.flower.codec import (
     AHEAD_KEY,
     TIMING_KEY,
@@ -334,6 +335,7 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
         started = time.perf_counter()
         if deployed and (address := runtime_api_address(sys.argv)) is not None:
             exit_when_unreachable(address)
+            pull_backoff.install(pull_backoff.SERVERAPP_MODULE)  # replies' objects: short waits
         try:
             run(_job(job, context), grid)
             if deployed:

@@ -13,6 +13,9 @@ With ``--warm-executor`` (taken out of the arguments Flower sees) the SuperNode 
 child (same Python and environment) on the SuperNode's runtime API (``--host``/``--port``): one
 warm process runs every ClientApp task instead of a fresh ``flwr-clientapp`` process per message.
 The child is stopped when the SuperNode exits, and stops itself if this process dies.
+
+It also shortens the SuperNode's wait for the objects of a message it saw before they finished
+uploading (``fedbandit.flower.pull_backoff``: 0.02 s doubling to 0.2 s instead of 1 s to 10 s).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import subprocess
 import sys
 import time
 from types import SimpleNamespace
+
+from fedbandit.flower import pull_backoff
 
 #: Seconds between a SuperNode's polls of the SuperLink when it is idle.
 DEFAULT_POLL_SECONDS = 0.2
@@ -113,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         install_poll_interval(
             float(os.environ.get("FEDBANDIT_SUPERNODE_POLL", DEFAULT_POLL_SECONDS))
         )
+        pull_backoff.install(pull_backoff.SUPERNODE_MODULE)
         from flwr.supernode.cli import flower_supernode
 
         sys.argv = ["flower-supernode", *flower_args]

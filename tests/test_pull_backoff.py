@@ -1,0 +1,65 @@
+"""fedbandit.flower.pull_backoff: the object-pull waits of Flower's SuperNode and ServerApp."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from fedbandit.flower import pull_backoff
+
+
+@pytest.fixture
+def fake_module(monkeypatch):
+    """A module calling ``pull_objects`` as Flower's do, recording the waits it was given."""
+    calls = []
+
+    def pull_objects(object_ids, pull_object_fn, *, initial_backoff=1, backoff_cap=10):
+        calls.append((initial_backoff, backoff_cap))
+        return {}
+
+    module = types.ModuleType("fake_flower_puller")
+    module.pull_objects = pull_objects
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module, calls
+
+
+def test_install_shortens_the_waits_and_can_be_repeated(fake_module, monkeypatch):
+    module, calls = fake_module
+    monkeypatch.delenv(pull_backoff.ENV, raising=False)
+    assert pull_backoff.install(module.__name__) is True
+    module.pull_objects(["a"], lambda i: b"")
+    assert calls[-1] == pull_backoff.DEFAULT_BACKOFF == (0.02, 0.2)
+    assert pull_backoff.install(module.__name__, (0.05, 0.5)) is True  # wraps the original once
+    module.pull_objects(["a"], lambda i: b"", initial_backoff=0.3)  # an explicit wait stays
+    assert calls[-1] == (0.3, 0.5)
+
+
+def test_the_environment_chooses_the_waits_or_flowers(fake_module, monkeypatch):
+    module, calls = fake_module
+    monkeypatch.setenv(pull_backoff.ENV, "flower")
+    assert pull_backoff.install(module.__name__) is False
+    module.pull_objects(["a"], lambda i: b"")
+    assert calls[-1] == (1, 10)
+    monkeypatch.setenv(pull_backoff.ENV, "0.1,0.4")
+    assert pull_backoff.install(module.__name__) is True
+    module.pull_objects(["a"], lambda i: b"")
+    assert calls[-1] == (0.1, 0.4)
+    for bad in ("0.1", "a,b", "0.5,0.1", "0,1"):
+        with pytest.raises(ValueError, match=pull_backoff.ENV):
+            pull_backoff.backoff_from_env(bad)
+
+
+def test_another_flower_version_is_refused(fake_module, monkeypatch):
+    module, _ = fake_module
+    monkeypatch.setattr(pull_backoff.importlib.metadata, "version", lambda name: "1.43.0")
+    with pytest.raises(RuntimeError, match=r"flwr 1\.43\.0"):
+        pull_backoff.install(module.__name__, (0.02, 0.2))
+
+
+def test_flowers_own_modules_have_the_function_it_replaces():
+    import importlib
+
+    for name in (pull_backoff.SUPERNODE_MODULE, pull_backoff.SERVERAPP_MODULE):
+        assert callable(importlib.import_module(name).pull_objects), name
