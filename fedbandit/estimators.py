@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 
 #: Design weights below this are "not pulled" (ceil would otherwise turn round-off into a pull).
@@ -76,9 +77,35 @@ def unit_directions(vectors: np.ndarray) -> np.ndarray:
     return np.divide(vectors, norm, out=np.zeros_like(vectors), where=norm > 0)
 
 
-def _group_sum(values: np.ndarray, group: np.ndarray, num_groups: int) -> np.ndarray:
-    """Sum over clients and over the arms of each group: (M, K, ...) -> (G, ...)."""
-    per_arm = values.sum(axis=0)
+@numba.njit(cache=True)
+def _arm_sums(
+    counts: np.ndarray, vectors: np.ndarray, targets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per arm, sums over clients in client order: sum_i (n_{i,a} v_d) v_e, (K, d, d), and
+    sum_i targets_{i,a}, (K, d). The same products and order as NumPy's
+    ``einsum("mk,mkd,mke->mkde").sum(axis=0)`` (bit for bit) without the (M, K, d, d) array."""
+    num_clients, num_arms, dim = vectors.shape
+    gram = np.zeros((num_arms, dim, dim))
+    total = np.zeros((num_arms, dim))
+    for i in range(num_clients):
+        for a in range(num_arms):
+            weight = float(counts[i, a])
+            for k in range(dim):
+                left = weight * vectors[i, a, k]
+                for m in range(dim):
+                    if i == 0:  # a reduction starts from its first term, not from 0.0 + term
+                        gram[a, k, m] = left * vectors[i, a, m]
+                    else:
+                        gram[a, k, m] += left * vectors[i, a, m]
+                if i == 0:
+                    total[a, k] = targets[i, a, k]
+                else:
+                    total[a, k] += targets[i, a, k]
+    return gram, total
+
+
+def _group_sum(per_arm: np.ndarray, group: np.ndarray, num_groups: int) -> np.ndarray:
+    """Sum over the arms of each group: (K, ...) -> (G, ...)."""
     out = np.zeros((num_groups, *per_arm.shape[1:]))
     np.add.at(out, group, per_arm)
     return out
@@ -89,10 +116,14 @@ def _pooled_least_squares(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """V_g = sum_{(i,a) in g} n_{i,a} v v^T, theta_g = V_g^+ sum_{(i,a) in g} targets_{i,a};
     returns (theta (G, d), V^+ (G, d, d), V (G, d, d))."""
-    outer = np.einsum("mk,mkd,mke->mkde", counts, vectors, vectors)
-    gram = _group_sum(outer, group, num_groups)
+    arm_gram, arm_targets = _arm_sums(
+        np.ascontiguousarray(counts),
+        np.ascontiguousarray(vectors, dtype=np.float64),
+        np.ascontiguousarray(targets, dtype=np.float64),
+    )
+    gram = _group_sum(arm_gram, group, num_groups)
     cov = np.linalg.pinv(gram, hermitian=True)
-    return np.einsum("gde,ge->gd", cov, _group_sum(targets, group, num_groups)), cov, gram
+    return np.einsum("gde,ge->gd", cov, _group_sum(arm_targets, group, num_groups)), cov, gram
 
 
 def aggregate_directions(

@@ -148,3 +148,17 @@ def test_t_quantile_matches_scipy():
 
     for nu in [*range(1, 60), 100, 1000, 10**6]:
         assert t_quantile_975(nu) == pytest.approx(float(stats.t.ppf(0.975, nu)), abs=2e-6)
+
+
+def test_pooled_sums_equal_numpy_einsum_bit_for_bit():
+    # the compiled sums replace einsum("mk,mkd,mke->mkde").sum(axis=0): same products, same order
+    from fedbandit.estimators import _arm_sums
+
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 1000, (5000, 4))
+    vectors, targets = rng.standard_normal((5000, 4, 3)), rng.standard_normal((5000, 4, 3))
+    gram, total = _arm_sums(counts, vectors, targets)
+    np.testing.assert_array_equal(
+        gram, np.einsum("mk,mkd,mke->mkde", counts, vectors, vectors).sum(axis=0)
+    )
+    np.testing.assert_array_equal(total, targets.sum(axis=0))
