@@ -658,7 +658,7 @@ def _pooled_fixed_clients(
     arms = np.argmax(act[rows], axis=1)
     fixed = u[rows, arms]
     blocks, block_arms = [], []
-    for g in np.unique(grp[arms]):
+    for g in np.flatnonzero(np.bincount(grp[arms], minlength=int(grp.max()) + 1)):
         mine = fixed[grp[arms] == g]
         factor = np.linalg.qr(mine, mode="r") if len(mine) > dim else mine
         factor = factor[np.any(factor != 0.0, axis=1)]

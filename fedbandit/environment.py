@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from fedbandit.instances import LinearBanditInstance
@@ -239,22 +240,26 @@ class BanditEnvironment(GroupEnvironment):
             raise ValueError(f"counts must have shape {self._means.shape}, got {counts.shape}")
         if np.any(counts < 0):
             raise ValueError("pull counts must be non-negative")
-        counts = counts.astype(np.int64)
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
         if self._mode == _STEPS:
             raise RuntimeError("pull_counts cannot follow pull_arms in one environment")
         self._mode = _BLOCKS
-        # Truncate at the horizon: arms are pulled in order, so clip the running total.
-        cum = np.minimum(np.cumsum(counts, axis=1), self.remaining()[:, None])
-        executed = np.diff(cum, axis=1, prepend=0)
         z = self._streams.standard_normal(self.num_arms)
-        sums = executed * self._means + self.noise_sigma * np.sqrt(executed) * z
-        starts = self.pulls[:, None] + cum - executed
-        pulled = executed > 0
-        gaps = self._gap_units[pulled]
-        self._diff += np.bincount(starts[pulled], gaps, minlength=self.horizon + 1)
-        self._diff -= np.bincount(starts[pulled] + executed[pulled], gaps, self.horizon + 1)
+        executed = np.empty_like(counts)
+        sums = np.empty(counts.shape)
+        _block_pulls(
+            counts,
+            self.horizon,
+            self._means,
+            self.noise_sigma,
+            z,
+            self._gap_units,
+            self.pulls,
+            self._diff,
+            executed,
+            sums,
+        )
         self._regret += (executed * self._gaps).sum(axis=1)
-        self.pulls += cum[:, -1]
         return executed, sums
 
     def pull_arms(self, arms: np.ndarray) -> np.ndarray:
@@ -342,6 +347,40 @@ class BanditEnvironment(GroupEnvironment):
             self._noise = np.empty((self.num_clients, 0))
             position = 0
         self._noise_pos = position
+
+
+@numba.njit(cache=True)
+def _block_pulls(
+    counts: np.ndarray,
+    horizon: int,
+    means: np.ndarray,
+    noise_sigma: float,
+    z: np.ndarray,
+    gap_units: np.ndarray,
+    pulls: np.ndarray,
+    diff: np.ndarray,
+    executed: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """``pull_counts`` for every client in one pass: arms in order, the running total clipped at
+    the horizon; reward sums n mu + (sigma sqrt(n)) z; each block's regret added to the fixed-point
+    difference array at its first and past its last step (integer-valued: exact in any order);
+    ``pulls`` advanced in place."""
+    num_clients, num_arms = counts.shape
+    for i in range(num_clients):
+        requested, done = 0, 0
+        for a in range(num_arms):
+            requested += counts[i, a]
+            total = min(requested, horizon - pulls[i])
+            n = total - done
+            executed[i, a] = n
+            sums[i, a] = n * means[i, a] + noise_sigma * np.sqrt(float(n)) * z[i, a]
+            if n > 0:
+                start = pulls[i] + done
+                diff[start] += gap_units[i, a]
+                diff[start + n] -= gap_units[i, a]
+            done = total
+        pulls[i] += done
 
 
 def gap_scale(instance: LinearBanditInstance) -> float:

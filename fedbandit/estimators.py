@@ -58,17 +58,48 @@ def pull_counts(weights: np.ndarray, length: int) -> np.ndarray:
     return counts
 
 
+def squared_norms(features: np.ndarray) -> np.ndarray:
+    """||x_{i,a}||^2, shape (M, K)."""
+    return np.einsum("mkd,mkd->mk", features, features)
+
+
 def direction_estimates(
-    reward_sums: np.ndarray, counts: np.ndarray, features: np.ndarray
+    reward_sums: np.ndarray,
+    counts: np.ndarray,
+    features: np.ndarray,
+    sq_norm: np.ndarray | None = None,
 ) -> np.ndarray:
-    """theta_hat_{i,a} = ybar_{i,a} x_{i,a} / ||x_{i,a}||^2 (zero where n_{i,a} = 0), (M, K, d).
+    """theta_hat_{i,a} = ybar_{i,a} x_{i,a} / ||x_{i,a}||^2 (zero where n_{i,a} = 0), (M, K, d);
+    ``sq_norm``: ``squared_norms(features)`` if already known.
 
     Its expectation is u u^T theta_a with u = x / ||x||: the projection on the client's direction.
     """
-    safe = np.maximum(counts, 1)
-    mean = np.where(counts > 0, reward_sums / safe, 0.0)
-    sq_norm = np.einsum("mkd,mkd->mk", features, features)
-    return (mean / sq_norm)[..., None] * features
+    if sq_norm is None:
+        sq_norm = squared_norms(features)
+    out = np.empty(features.shape)
+    _direction_estimates(
+        np.ascontiguousarray(reward_sums, dtype=np.float64),
+        np.ascontiguousarray(counts),
+        np.ascontiguousarray(features, dtype=np.float64),
+        np.ascontiguousarray(sq_norm, dtype=np.float64),
+        out,
+    )
+    return out
+
+
+@numba.njit(cache=True)
+def _direction_estimates(
+    sums: np.ndarray, counts: np.ndarray, features: np.ndarray, sq_norm: np.ndarray, out: np.ndarray
+) -> None:
+    """out = (ybar / ||x||^2) x with ybar = S / n (0 where n = 0): NumPy's operations, one pass."""
+    num_clients, num_arms, dim = features.shape
+    for i in range(num_clients):
+        for a in range(num_arms):
+            n = counts[i, a]
+            mean = sums[i, a] / float(max(n, 1)) if n > 0 else 0.0
+            ratio = mean / sq_norm[i, a]
+            for k in range(dim):
+                out[i, a, k] = ratio * features[i, a, k]
 
 
 def unit_directions(vectors: np.ndarray) -> np.ndarray:
@@ -79,11 +110,12 @@ def unit_directions(vectors: np.ndarray) -> np.ndarray:
 
 @numba.njit(cache=True)
 def _arm_sums(
-    counts: np.ndarray, vectors: np.ndarray, targets: np.ndarray
+    counts: np.ndarray, vectors: np.ndarray, targets: np.ndarray, weighted: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per arm, sums over clients in client order: sum_i (n_{i,a} v_d) v_e, (K, d, d), and
-    sum_i targets_{i,a}, (K, d). The same products and order as NumPy's
-    ``einsum("mk,mkd,mke->mkde").sum(axis=0)`` (bit for bit) without the (M, K, d, d) array."""
+    sum_i t_{i,a}, (K, d), with t = targets or n_{i,a} targets (``weighted``). The same products
+    and order as NumPy's ``einsum("mk,mkd,mke->mkde").sum(axis=0)`` and
+    ``(counts[..., None] * targets).sum(axis=0)`` (bit for bit), without their arrays."""
     num_clients, num_arms, dim = vectors.shape
     gram = np.zeros((num_arms, dim, dim))
     total = np.zeros((num_arms, dim))
@@ -97,10 +129,11 @@ def _arm_sums(
                         gram[a, k, m] = left * vectors[i, a, m]
                     else:
                         gram[a, k, m] += left * vectors[i, a, m]
+                term = weight * targets[i, a, k] if weighted else targets[i, a, k]
                 if i == 0:
-                    total[a, k] = targets[i, a, k]
+                    total[a, k] = term
                 else:
-                    total[a, k] += targets[i, a, k]
+                    total[a, k] += term
     return gram, total
 
 
@@ -112,14 +145,20 @@ def _group_sum(per_arm: np.ndarray, group: np.ndarray, num_groups: int) -> np.nd
 
 
 def _pooled_least_squares(
-    counts: np.ndarray, vectors: np.ndarray, targets: np.ndarray, group: np.ndarray, num_groups: int
+    counts: np.ndarray,
+    vectors: np.ndarray,
+    targets: np.ndarray,
+    group: np.ndarray,
+    num_groups: int,
+    weighted: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """V_g = sum_{(i,a) in g} n_{i,a} v v^T, theta_g = V_g^+ sum_{(i,a) in g} targets_{i,a};
-    returns (theta (G, d), V^+ (G, d, d), V (G, d, d))."""
+    """V_g = sum_{(i,a) in g} n_{i,a} v v^T, theta_g = V_g^+ sum_{(i,a) in g} t_{i,a} with
+    t = targets, or n_{i,a} targets if ``weighted``; returns (theta (G, d), V^+ (G, d, d), V)."""
     arm_gram, arm_targets = _arm_sums(
         np.ascontiguousarray(counts),
         np.ascontiguousarray(vectors, dtype=np.float64),
         np.ascontiguousarray(targets, dtype=np.float64),
+        weighted,
     )
     gram = _group_sum(arm_gram, group, num_groups)
     cov = np.linalg.pinv(gram, hermitian=True)
@@ -138,9 +177,7 @@ def aggregate_directions(
     V_g = sum_{(i,a) in g} n_{i,a} u_{i,a} u_{i,a}^T,  theta_g = V_g^+ sum n_{i,a} theta_hat_{i,a},
     W_g = V_g^+. Returns (theta (G, d), W (G, d, d), V (G, d, d)).
     """
-    return _pooled_least_squares(
-        counts, directions, counts[..., None] * estimates, group, num_groups
-    )
+    return _pooled_least_squares(counts, directions, estimates, group, num_groups, weighted=True)
 
 
 def aggregate_least_squares(
