@@ -212,6 +212,7 @@ class BanditEnvironment(GroupEnvironment):
         self._row_offsets = np.arange(n) * self.num_arms
         self._mode = _NO_PULLS
         self._noise_pos = 0
+        self._block_noise = np.empty((0, 0))
 
     @property
     def num_arms(self) -> int:
@@ -244,7 +245,10 @@ class BanditEnvironment(GroupEnvironment):
         if self._mode == _STEPS:
             raise RuntimeError("pull_counts cannot follow pull_arms in one environment")
         self._mode = _BLOCKS
-        z = self._streams.standard_normal(self.num_arms)
+        if self._block_noise.shape != counts.shape:
+            self._block_noise = np.empty(counts.shape)  # reused by every call: no page faults
+        z = self._block_noise
+        self._streams.fill(z, np.arange(self.num_clients))
         executed = np.empty_like(counts)
         sums = np.empty(counts.shape)
         _block_pulls(

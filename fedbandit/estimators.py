@@ -51,11 +51,21 @@ def last_phase(horizon: int, num_arms: int) -> int:
     return phase
 
 
-def pull_counts(weights: np.ndarray, length: int) -> np.ndarray:
-    """n_{i,a} = ceil(f(p) pi_{i,a}), zero where pi_{i,a} <= 1e-10 (reference code's ``Int``)."""
-    counts = np.ceil(length * weights).astype(np.int64)
-    counts[weights <= WEIGHT_FLOOR] = 0
+def pull_counts(weights: np.ndarray, length: int, active: np.ndarray | None = None) -> np.ndarray:
+    """n_{i,a} = ceil(f(p) pi_{i,a}), zero where pi_{i,a} <= 1e-10 (reference code's ``Int``) or,
+    given ``active``, where the arm is inactive. One compiled pass over (M, K)."""
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    mask = np.ones(w.shape, dtype=np.bool_) if active is None else np.ascontiguousarray(active)
+    counts = np.empty(w.shape, dtype=np.int64)
+    _pull_counts(w.reshape(-1), float(length), mask.reshape(-1), counts.reshape(-1))
     return counts
+
+
+@numba.njit(cache=True)
+def _pull_counts(weights: np.ndarray, length: float, active: np.ndarray, out: np.ndarray) -> None:
+    for j in range(len(weights)):
+        w = weights[j] if active[j] else 0.0
+        out[j] = 0 if w <= WEIGHT_FLOOR else np.int64(np.ceil(length * w))
 
 
 def squared_norms(features: np.ndarray) -> np.ndarray:
@@ -68,15 +78,18 @@ def direction_estimates(
     counts: np.ndarray,
     features: np.ndarray,
     sq_norm: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """theta_hat_{i,a} = ybar_{i,a} x_{i,a} / ||x_{i,a}||^2 (zero where n_{i,a} = 0), (M, K, d);
-    ``sq_norm``: ``squared_norms(features)`` if already known.
+    ``sq_norm``: ``squared_norms(features)`` if already known; ``out``: an array to write into
+    (of shape (M, K, d), else a new one)
 
     Its expectation is u u^T theta_a with u = x / ||x||: the projection on the client's direction.
     """
     if sq_norm is None:
         sq_norm = squared_norms(features)
-    out = np.empty(features.shape)
+    if out is None or out.shape != features.shape:
+        out = np.empty(features.shape)
     _direction_estimates(
         np.ascontiguousarray(reward_sums, dtype=np.float64),
         np.ascontiguousarray(counts),

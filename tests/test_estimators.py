@@ -175,3 +175,10 @@ def test_direction_estimates_equal_the_numpy_expression():
     got = direction_estimates(sums, counts, features)
     np.testing.assert_array_equal(got, want)
     assert np.array_equal(np.signbit(got), np.signbit(want))  # zeros keep NumPy's signs
+
+
+def test_pull_counts_mask_inactive_arms_and_tiny_weights():
+    weights = np.array([[0.5, 0.25, 0.25, 1e-11], [0.3, 0.7, 0.0, 0.2]])
+    active = np.array([[True, True, False, True], [True, True, True, False]])
+    # ceil(8 pi) on active arms with pi > 1e-10, else 0
+    np.testing.assert_array_equal(pull_counts(weights, 8, active), [[4, 2, 0, 0], [3, 6, 0, 0]])

@@ -314,6 +314,7 @@ class PhasedEliminationClient(ClientLogic):
         self.sum_widths = np.full((n, K), spec.dim * K / spec.num_clients)
         self.total_length = 0.0
         self._sq_norms: np.ndarray | None = None  # ||x_{i,a}||^2, computed once
+        self._estimates: np.ndarray | None = None
 
     def _every(self, rows: np.ndarray) -> bool:
         """Whether ``rows`` are all the group's rows in order (then no gather is needed)."""
@@ -346,14 +347,13 @@ class PhasedEliminationClient(ClientLogic):
     def _explore(self, message: Message, rows: np.ndarray) -> Message:
         phase = int(message.fields["phase"][0])
         every = self._every(rows)
-        weights = np.where(
-            self.active if every else self.active[rows], message.fields["weights"], 0.0
-        )
+        active = self.active if every else self.active[rows]
+        counts = pull_counts(message.fields["weights"], phase_length(phase), active)
         if every:
-            requested = pull_counts(weights, phase_length(phase))
+            requested = counts
         else:
             requested = np.zeros(self.active.shape, dtype=np.int64)
-            requested[rows] = pull_counts(weights, phase_length(phase))
+            requested[rows] = counts
         executed, sums = self.env.pull_counts(requested)
         if not every:
             executed, sums = executed[rows], sums[rows]
@@ -363,7 +363,9 @@ class PhasedEliminationClient(ClientLogic):
         if self.variant.estimator == "direction":
             features = self._features(rows)
             sq = self._sq_norm_rows(rows)
-            fields["estimate"] = direction_estimates(sums, executed, features, sq)
+            # One buffer for every phase's estimates: the server reads them within the exchange.
+            self._estimates = direction_estimates(sums, executed, features, sq, self._estimates)
+            fields["estimate"] = self._estimates
             sparse = {"estimate": "pulled"}
             if phase == 0:
                 fields["min_sq_norm"] = sq.min(axis=1)
