@@ -32,12 +32,16 @@ instance = paper_synthetic(PaperSyntheticParams(num_clients=M, num_arms=K, dim=d
 if algorithm == "local_ucb":
     simulate(paper_synthetic(PaperSyntheticParams(num_clients=2, num_arms=K, dim=d)),
              algorithm, 64, [0, 0])  # load the compiled kernel outside the timing
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu_before = usage.ru_utime + usage.ru_stime
 start = time.perf_counter()
 result = simulate(instance, algorithm, T, [0, 0])
 seconds = time.perf_counter() - start
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu = usage.ru_utime + usage.ru_stime - cpu_before
+peak = usage.ru_maxrss / 1024
 print(json.dumps({"algorithm": algorithm, "M": M, "T": T, "seconds": seconds,
-                  "peak_rss_mb": peak,
+                  "cpu_seconds": cpu, "peak_rss_mb": peak,
                   "final_regret": float(result.regret.mean_cumulative_regret()[-1])}))
 """
 
@@ -470,13 +474,25 @@ def format_table(name: str, result: dict[str, Any]) -> str:
         title, rows = format_deploy(result)
     else:
         rows = [
-            ("algorithm", "M", "T", "seconds", "peak RSS MB", "us/client", "KB/client", "growth")
+            (
+                "algorithm",
+                "M",
+                "T",
+                "seconds",
+                "CPU s",
+                "peak RSS MB",
+                "us/client",
+                "KB/client",
+                "growth",
+            )
         ]
         points = [("fedpe", p) for p in result["growth_with_M"] + result["growth_with_T"][:-1]]
         points += [("local_ucb", p) for p in result["local_ucb"]]
         for algorithm, point in points:
             if "error" in point:
-                rows.append((algorithm, str(point["M"]), str(point["T"]), "failed", "", "", "", ""))
+                rows.append(
+                    (algorithm, str(point["M"]), str(point["T"]), "failed", "", "", "", "", "")
+                )
                 continue
             growth = ""
             if "time_growth_over_M_growth" in point:
@@ -490,6 +506,7 @@ def format_table(name: str, result: dict[str, Any]) -> str:
                     str(point["M"]),
                     str(point["T"]),
                     f"{point['seconds']:.2f}",
+                    f"{point['cpu_seconds']:.1f}" if "cpu_seconds" in point else "",
                     f"{point['peak_rss_mb']:.0f}",
                     f"{1e6 * point['seconds'] / point['M']:.1f}",
                     f"{1024 * point['peak_rss_mb'] / point['M']:.1f}",
@@ -509,6 +526,7 @@ def format_table(name: str, result: dict[str, Any]) -> str:
                         f"{fit['from_M']}..{fit['to_M']}",
                         "",
                         f"~ M^{fit['time']:.2f}",
+                        "",
                         f"~ M^{fit['rss']:.2f}",
                         "",
                         "",
