@@ -40,6 +40,7 @@ import math
 import time
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 __all__ = [
@@ -82,10 +83,35 @@ class DesignResult:
 # --------------------------------------------------------------------------------------------
 
 
+@numba.njit(cache=True)
+def _scan(u: np.ndarray, act: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """One pass: active arms per client, and the first (row-major, as i K + a) active entry with
+    a non-finite vector and with a zero vector (-1 if none)."""
+    num_clients, num_arms, dim = u.shape
+    counts = np.zeros(num_clients, dtype=np.int64)
+    nonfinite, zero = -1, -1
+    for i in range(num_clients):
+        for a in range(num_arms):
+            if not act[i, a]:
+                continue
+            counts[i] += 1
+            finite, nonzero = True, False
+            for k in range(dim):
+                value = u[i, a, k]
+                finite &= np.isfinite(value)
+                nonzero |= value != 0.0
+            if not finite and nonfinite < 0:
+                nonfinite = i * num_arms + a
+            if finite and not nonzero and zero < 0:
+                zero = i * num_arms + a
+    return counts, nonfinite, zero
+
+
 def _check_inputs(
-    vectors: np.ndarray, active: np.ndarray, group: np.ndarray | None
+    vectors: np.ndarray, active: np.ndarray, group: np.ndarray | None, zero_inactive: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Validate and return (vectors with inactive rows zeroed, active bool, group int64)."""
+    """Validate and return (vectors, with inactive rows zeroed unless ``zero_inactive`` is
+    False, active bool, group int64)."""
     u = np.asarray(vectors, dtype=np.float64)
     if u.ndim != 3 or min(u.shape) == 0:
         raise ValueError(f"vectors must have shape (M, K, d) with M, K, d >= 1, got {u.shape}")
@@ -97,17 +123,18 @@ def _check_inputs(
         if not np.issubdtype(act.dtype, np.number) or not np.all((act == 0) | (act == 1)):
             raise ValueError("active must be a boolean mask (or 0/1 values)")
         act = act.astype(bool)
-    empty = np.flatnonzero(~act.any(axis=1))
+    counts, nonfinite, zero = _scan(np.ascontiguousarray(u), np.ascontiguousarray(act))
+    empty = np.flatnonzero(counts == 0)
     if empty.size:
         raise ValueError(f"client {int(empty[0])} has no active arm")
-    if not np.all(np.isfinite(u[act])):
-        i, a = np.argwhere(act & ~np.all(np.isfinite(u), axis=2))[0]
+    if nonfinite >= 0:
+        i, a = divmod(nonfinite, num_arms)
         raise ValueError(f"vector of client {i}, arm {a} has non-finite values")
-    u = np.where(act[:, :, None], u, 0.0)
-    zero = act & ~np.any(u != 0.0, axis=2)
-    if zero.any():
-        i, a = np.argwhere(zero)[0]
+    if zero >= 0:
+        i, a = divmod(zero, num_arms)
         raise ValueError(f"active vector of client {i}, arm {a} is zero")
+    if zero_inactive:
+        u = np.where(act[:, :, None], u, 0.0)
     if group is None:
         grp = np.arange(num_arms, dtype=np.int64)
     else:
@@ -233,7 +260,11 @@ def _prepare(
     vectors: np.ndarray, active: np.ndarray, group: np.ndarray | None, rtol: float
 ) -> _Problem:
     u, act, grp = _check_inputs(vectors, active, group)
-    u = u / np.max(np.abs(u))  # G and the spans are invariant to a global scale
+    return _problem(u / np.max(np.abs(u)), act, grp, rtol)  # G, spans: invariant to a scale
+
+
+def _problem(u: np.ndarray, act: np.ndarray, grp: np.ndarray, rtol: float) -> _Problem:
+    """Span coordinates of validated, scaled vectors (inactive rows zero)."""
     bases, ranks = _span_bases(u, act, grp, rtol)
     z = np.swapaxes(np.matmul(np.swapaxes(u, 0, 1), bases[grp]), 0, 1)
     dim = u.shape[2]
@@ -586,25 +617,19 @@ def _initial_weights(initial: np.ndarray | None, active: np.ndarray) -> np.ndarr
     return _normalise(np.where(active, np.maximum(init, floor), 0.0), active)
 
 
-def solve_design_fast(
-    vectors: np.ndarray,
-    active: np.ndarray,
-    group: np.ndarray | None = None,
-    *,
-    tol: float = 1e-3,
-    max_iter: int = 100,
-    initial: np.ndarray | None = None,
-    rtol: float = 1e-9,
+def _solve_fast(
+    u: np.ndarray,
+    act: np.ndarray,
+    grp: np.ndarray,
+    tol: float,
+    max_iter: int,
+    initial: np.ndarray | None,
+    rtol: float,
+    start: float,
 ) -> DesignResult:
-    """Minimise G(pi) to certificate G/D - 1 <= tol by a primal-dual interior-point method.
-
-    Newton systems use the Hadamard-square identity (w^T w')^2 = phi(w)^T phi(w') and Woodbury
-    (see the module docstring); every iterate is strictly feasible (all active weights > 0).
-    ``initial`` warm-starts from a previous design (inactive entries ignored, zeros floored,
-    rows renormalised); it is discarded if its G-value is not below the uniform design's.
-    """
-    start = time.perf_counter()
-    prob = _prepare(vectors, active, group, rtol)
+    """The interior-point solver on validated inputs (inactive rows of ``u`` zero)."""
+    u = u / np.max(np.abs(u))  # G and the spans are invariant to a global scale
+    prob = _problem(u, act, grp, rtol)
     pi0 = _initial_weights(None, prob.active)
     warm = False
     if initial is not None:
@@ -618,6 +643,91 @@ def solve_design_fast(
         pi0 = candidate if warm else pi0
     pi, iterations = _interior_point(prob, pi0, tol, max_iter, warm=warm)
     return _result(prob, _normalise(pi, prob.active), iterations, tol, "fast", start)
+
+
+def _pooled_fixed_clients(
+    u: np.ndarray, act: np.ndarray, grp: np.ndarray, single: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stand-ins for the clients with one active arm: per group g, the rows r_j of the R factor
+    of their stacked vectors U_g = Q R (zero rows dropped), each a client whose only active arm
+    is an arm of g. sum_j r_j r_j^T = R^T R = U_g^T U_g, so V_g(pi) is unchanged, and their
+    variances sum to tr(V_g^+ U_g^T U_g), the fixed clients' share of G. Returns (vectors
+    (n, K, d), active (n, K))."""
+    num_arms, dim = act.shape[1], u.shape[2]
+    rows = np.flatnonzero(single)
+    arms = np.argmax(act[rows], axis=1)
+    fixed = u[rows, arms]
+    blocks, block_arms = [], []
+    for g in np.flatnonzero(np.bincount(grp[arms], minlength=int(grp.max()) + 1)):
+        mine = fixed[grp[arms] == g]
+        factor = np.linalg.qr(mine, mode="r") if len(mine) > dim else mine
+        factor = factor[np.any(factor != 0.0, axis=1)]
+        blocks.append(factor)
+        block_arms.append(np.full(len(factor), np.flatnonzero(grp == g)[0]))
+    stand_in = np.concatenate(blocks)
+    arm_of = np.concatenate(block_arms)
+    vectors = np.zeros((len(stand_in), num_arms, dim))
+    vectors[np.arange(len(stand_in)), arm_of] = stand_in
+    active = np.zeros((len(stand_in), num_arms), dtype=bool)
+    active[np.arange(len(stand_in)), arm_of] = True
+    return vectors, active
+
+
+def solve_design_fast(
+    vectors: np.ndarray,
+    active: np.ndarray,
+    group: np.ndarray | None = None,
+    *,
+    tol: float = 1e-3,
+    max_iter: int = 100,
+    initial: np.ndarray | None = None,
+    rtol: float = 1e-9,
+    pool_fixed: bool = True,
+) -> DesignResult:
+    """Minimise G(pi) to certificate G/D - 1 <= tol by a primal-dual interior-point method.
+
+    Newton systems use the Hadamard-square identity (w^T w')^2 = phi(w)^T phi(w') and Woodbury
+    (see the module docstring); every iterate is strictly feasible (all active weights > 0).
+    ``initial`` warm-starts from a previous design (inactive entries ignored, zeros floored,
+    rows renormalised); it is discarded if its G-value is not below the uniform design's.
+
+    A client with one active arm has pi = 1 there whatever the design. With ``pool_fixed``
+    (default) such clients are replaced by at most d stand-ins per group (``_pooled_fixed_clients``:
+    the same V_g, and their variances sum to the same share of G), so the solver works on the
+    clients with a choice only; G, D and the free clients' weights are those of the full problem
+    (up to round-off).
+    """
+    start = time.perf_counter()
+    u, act, grp = _check_inputs(vectors, active, group, zero_inactive=False)
+    single = act.sum(axis=1) == 1
+    num_groups = int(grp.max()) + 1
+    if not pool_fixed or single.sum() <= num_groups * u.shape[2]:
+        u = np.where(act[:, :, None], u, 0.0)
+        return _solve_fast(u, act, grp, tol, max_iter, initial, rtol, start)
+    free = np.flatnonzero(~single)
+    stand_u, stand_act = _pooled_fixed_clients(u, act, grp, single)
+    free_act = act[free]
+    reduced_u = np.concatenate([np.where(free_act[:, :, None], u[free], 0.0), stand_u])
+    reduced_act = np.concatenate([free_act, stand_act])
+    reduced_initial = None
+    if initial is not None:
+        init = np.asarray(initial, dtype=np.float64)
+        if init.shape != act.shape:
+            raise ValueError(f"initial must have shape {act.shape}, got {init.shape}")
+        reduced_initial = np.concatenate([init[free], stand_act.astype(np.float64)])
+    result = _solve_fast(reduced_u, reduced_act, grp, tol, max_iter, reduced_initial, rtol, start)
+    weights = act.astype(np.float64)  # 1 on the only active arm of a fixed client
+    weights[free] = result.weights[: len(free)]
+    return DesignResult(
+        weights=weights,
+        g_value=result.g_value,
+        rank_total=result.rank_total,
+        certificate=result.certificate,
+        iterations=result.iterations,
+        converged=result.converged,
+        solver=result.solver,
+        seconds=time.perf_counter() - start,
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from fedbandit.instances import LinearBanditInstance
@@ -28,6 +29,7 @@ from fedbandit.state import (
     strip_prefix,
     with_prefix,
 )
+from fedbandit.streams import ClientStreams
 
 #: What the environment has been used for so far (the two kinds of pulls do not mix).
 _NO_PULLS, _BLOCKS, _STEPS = 0, 1, 2
@@ -99,7 +101,9 @@ class GroupEnvironment:
 
     Subclasses that draw randomness ahead in buffers implement ``_draw_buffer``,
     ``_buffer_position`` (-1 when nothing is buffered) and ``_set_buffer_position``; a partly used
-    buffer is saved as the generator states it was drawn from and redrawn on load.
+    buffer is saved as the generator states it was drawn from and redrawn on load. The clients'
+    streams are a list of NumPy generators here; a subclass may hold them otherwise (as arrays,
+    ``ClientStreams``) by overriding ``_seed_streams``, ``_stream_arrays`` and ``_load_streams``.
     """
 
     _STATE: tuple[str, ...] = ("pulls", "_regret", "_diff")
@@ -121,7 +125,7 @@ class GroupEnvironment:
             raise ValueError(f"client ids must lie in [0, {num_instance_clients})")
         self.horizon = int(horizon)
         self.scale = scale
-        self._rngs = client_generators(entropy, self.client_ids, REWARD_DOMAIN)
+        self._seed_streams(entropy)
         n = len(self.client_ids)
         self.pulls = np.zeros(n, dtype=np.int64)
         self._regret = np.zeros(n)
@@ -131,6 +135,15 @@ class GroupEnvironment:
     @property
     def num_clients(self) -> int:
         return len(self.client_ids)
+
+    def _seed_streams(self, entropy: int | Sequence[int]) -> None:
+        self._rngs = client_generators(entropy, self.client_ids, REWARD_DOMAIN)
+
+    def _stream_arrays(self) -> dict[str, np.ndarray]:
+        return generators_to_arrays(self._rngs)
+
+    def _load_streams(self, arrays: dict[str, np.ndarray]) -> None:
+        self._rngs = generators_from_arrays(arrays)
 
     def _draw_buffer(self) -> None:
         """Draw the next buffer of randomness from the clients' generators (if any)."""
@@ -142,7 +155,7 @@ class GroupEnvironment:
         """Resume a redrawn buffer at ``position``, or empty it (-1)."""
 
     def _refill(self) -> None:
-        self._refill_snapshot = generators_to_arrays(self._rngs)
+        self._refill_snapshot = self._stream_arrays()
         self._draw_buffer()
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -150,13 +163,13 @@ class GroupEnvironment:
         state = collect(self, self._STATE)
         position = self._buffer_position()
         state["buffer_pos"] = np.array(position)
-        generators = self._refill_snapshot if position >= 0 else generators_to_arrays(self._rngs)
+        generators = self._refill_snapshot if position >= 0 else self._stream_arrays()
         state.update(with_prefix("rng.", generators))
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         restore(self, self._STATE, state)
-        self._rngs = generators_from_arrays(strip_prefix("rng.", state))
+        self._load_streams(strip_prefix("rng.", state))
         position = int(state["buffer_pos"])
         if position >= 0:
             self._refill()
@@ -173,7 +186,11 @@ class GroupEnvironment:
 
 
 class BanditEnvironment(GroupEnvironment):
-    """Rewards and regret for the clients ``client_ids`` of an instance, over horizon T each."""
+    """Rewards and regret for the clients ``client_ids`` of an instance, over horizon T each.
+
+    The clients' reward streams are ``ClientStreams``: the same PCG64 streams and standard normals
+    as one NumPy generator per client, held as arrays and drawn for all clients in compiled loops.
+    """
 
     _STATE = (*GroupEnvironment._STATE, "_mode")
 
@@ -195,10 +212,20 @@ class BanditEnvironment(GroupEnvironment):
         self._row_offsets = np.arange(n) * self.num_arms
         self._mode = _NO_PULLS
         self._noise_pos = 0
+        self._block_noise = np.empty((0, 0))
 
     @property
     def num_arms(self) -> int:
         return self._means.shape[1]
+
+    def _seed_streams(self, entropy: int | Sequence[int]) -> None:
+        self._streams = ClientStreams.seeded(entropy, self.client_ids, REWARD_DOMAIN)
+
+    def _stream_arrays(self) -> dict[str, np.ndarray]:
+        return self._streams.to_arrays()
+
+    def _load_streams(self, arrays: dict[str, np.ndarray]) -> None:
+        self._streams = ClientStreams(arrays)
 
     def remaining(self) -> np.ndarray:
         return self.horizon - self.pulls
@@ -214,22 +241,29 @@ class BanditEnvironment(GroupEnvironment):
             raise ValueError(f"counts must have shape {self._means.shape}, got {counts.shape}")
         if np.any(counts < 0):
             raise ValueError("pull counts must be non-negative")
-        counts = counts.astype(np.int64)
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
         if self._mode == _STEPS:
             raise RuntimeError("pull_counts cannot follow pull_arms in one environment")
         self._mode = _BLOCKS
-        # Truncate at the horizon: arms are pulled in order, so clip the running total.
-        cum = np.minimum(np.cumsum(counts, axis=1), self.remaining()[:, None])
-        executed = np.diff(cum, axis=1, prepend=0)
-        z = np.stack([rng.standard_normal(self.num_arms) for rng in self._rngs])
-        sums = executed * self._means + self.noise_sigma * np.sqrt(executed) * z
-        starts = self.pulls[:, None] + cum - executed
-        pulled = executed > 0
-        gaps = self._gap_units[pulled]
-        self._diff += np.bincount(starts[pulled], gaps, minlength=self.horizon + 1)
-        self._diff -= np.bincount(starts[pulled] + executed[pulled], gaps, self.horizon + 1)
+        if self._block_noise.shape != counts.shape:
+            self._block_noise = np.empty(counts.shape)  # reused by every call: no page faults
+        z = self._block_noise
+        self._streams.fill(z, np.arange(self.num_clients))
+        executed = np.empty_like(counts)
+        sums = np.empty(counts.shape)
+        _block_pulls(
+            counts,
+            self.horizon,
+            self._means,
+            self.noise_sigma,
+            z,
+            self._gap_units,
+            self.pulls,
+            self._diff,
+            executed,
+            sums,
+        )
         self._regret += (executed * self._gaps).sum(axis=1)
-        self.pulls += cum[:, -1]
         return executed, sums
 
     def pull_arms(self, arms: np.ndarray) -> np.ndarray:
@@ -273,13 +307,12 @@ class BanditEnvironment(GroupEnvironment):
         for first in range(0, horizon, NOISE_CHUNK):
             count = min(NOISE_CHUNK, horizon - first)
             if first + count == horizon:
-                self._refill_snapshot = generators_to_arrays(self._rngs)
+                self._refill_snapshot = self._stream_arrays()
             step_totals[:] = 0.0
             for start in range(0, n, block):
                 rows = slice(start, min(start + block, n))
                 chunk = z[: rows.stop - start]
-                for j, rng in enumerate(self._rngs[rows]):
-                    rng.standard_normal(out=chunk[j])
+                self._streams.fill(chunk, np.arange(rows.start, rows.stop))
                 kernel(
                     rows,
                     first,
@@ -307,8 +340,7 @@ class BanditEnvironment(GroupEnvironment):
         if self._noise.shape != shape or not self._noise.flags.writeable:
             self._noise = np.empty((0, 0))  # free the old buffer before allocating the new one
             self._noise = np.empty(shape)
-        for row, rng in zip(self._noise, self._rngs, strict=True):
-            rng.standard_normal(out=row)
+        self._streams.fill(self._noise, np.arange(self.num_clients))
         self._noise_pos = 0
 
     def _buffer_position(self) -> int:
@@ -319,6 +351,40 @@ class BanditEnvironment(GroupEnvironment):
             self._noise = np.empty((self.num_clients, 0))
             position = 0
         self._noise_pos = position
+
+
+@numba.njit(cache=True)
+def _block_pulls(
+    counts: np.ndarray,
+    horizon: int,
+    means: np.ndarray,
+    noise_sigma: float,
+    z: np.ndarray,
+    gap_units: np.ndarray,
+    pulls: np.ndarray,
+    diff: np.ndarray,
+    executed: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """``pull_counts`` for every client in one pass: arms in order, the running total clipped at
+    the horizon; reward sums n mu + (sigma sqrt(n)) z; each block's regret added to the fixed-point
+    difference array at its first and past its last step (integer-valued: exact in any order);
+    ``pulls`` advanced in place."""
+    num_clients, num_arms = counts.shape
+    for i in range(num_clients):
+        requested, done = 0, 0
+        for a in range(num_arms):
+            requested += counts[i, a]
+            total = min(requested, horizon - pulls[i])
+            n = total - done
+            executed[i, a] = n
+            sums[i, a] = n * means[i, a] + noise_sigma * np.sqrt(float(n)) * z[i, a]
+            if n > 0:
+                start = pulls[i] + done
+                diff[start] += gap_units[i, a]
+                diff[start + n] -= gap_units[i, a]
+            done = total
+        pulls[i] += done
 
 
 def gap_scale(instance: LinearBanditInstance) -> float:

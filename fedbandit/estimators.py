@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 
 #: Design weights below this are "not pulled" (ceil would otherwise turn round-off into a pull).
@@ -50,24 +51,68 @@ def last_phase(horizon: int, num_arms: int) -> int:
     return phase
 
 
-def pull_counts(weights: np.ndarray, length: int) -> np.ndarray:
-    """n_{i,a} = ceil(f(p) pi_{i,a}), zero where pi_{i,a} <= 1e-10 (reference code's ``Int``)."""
-    counts = np.ceil(length * weights).astype(np.int64)
-    counts[weights <= WEIGHT_FLOOR] = 0
+def pull_counts(weights: np.ndarray, length: int, active: np.ndarray | None = None) -> np.ndarray:
+    """n_{i,a} = ceil(f(p) pi_{i,a}), zero where pi_{i,a} <= 1e-10 (reference code's ``Int``) or,
+    given ``active``, where the arm is inactive. One compiled pass over (M, K)."""
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    mask = np.ones(w.shape, dtype=np.bool_) if active is None else np.ascontiguousarray(active)
+    counts = np.empty(w.shape, dtype=np.int64)
+    _pull_counts(w.reshape(-1), float(length), mask.reshape(-1), counts.reshape(-1))
     return counts
 
 
+@numba.njit(cache=True)
+def _pull_counts(weights: np.ndarray, length: float, active: np.ndarray, out: np.ndarray) -> None:
+    for j in range(len(weights)):
+        w = weights[j] if active[j] else 0.0
+        out[j] = 0 if w <= WEIGHT_FLOOR else np.int64(np.ceil(length * w))
+
+
+def squared_norms(features: np.ndarray) -> np.ndarray:
+    """||x_{i,a}||^2, shape (M, K)."""
+    return np.einsum("mkd,mkd->mk", features, features)
+
+
 def direction_estimates(
-    reward_sums: np.ndarray, counts: np.ndarray, features: np.ndarray
+    reward_sums: np.ndarray,
+    counts: np.ndarray,
+    features: np.ndarray,
+    sq_norm: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """theta_hat_{i,a} = ybar_{i,a} x_{i,a} / ||x_{i,a}||^2 (zero where n_{i,a} = 0), (M, K, d).
+    """theta_hat_{i,a} = ybar_{i,a} x_{i,a} / ||x_{i,a}||^2 (zero where n_{i,a} = 0), (M, K, d);
+    ``sq_norm``: ``squared_norms(features)`` if already known; ``out``: an array to write into
+    (of shape (M, K, d), else a new one)
 
     Its expectation is u u^T theta_a with u = x / ||x||: the projection on the client's direction.
     """
-    safe = np.maximum(counts, 1)
-    mean = np.where(counts > 0, reward_sums / safe, 0.0)
-    sq_norm = np.einsum("mkd,mkd->mk", features, features)
-    return (mean / sq_norm)[..., None] * features
+    if sq_norm is None:
+        sq_norm = squared_norms(features)
+    if out is None or out.shape != features.shape:
+        out = np.empty(features.shape)
+    _direction_estimates(
+        np.ascontiguousarray(reward_sums, dtype=np.float64),
+        np.ascontiguousarray(counts),
+        np.ascontiguousarray(features, dtype=np.float64),
+        np.ascontiguousarray(sq_norm, dtype=np.float64),
+        out,
+    )
+    return out
+
+
+@numba.njit(cache=True)
+def _direction_estimates(
+    sums: np.ndarray, counts: np.ndarray, features: np.ndarray, sq_norm: np.ndarray, out: np.ndarray
+) -> None:
+    """out = (ybar / ||x||^2) x with ybar = S / n (0 where n = 0): NumPy's operations, one pass."""
+    num_clients, num_arms, dim = features.shape
+    for i in range(num_clients):
+        for a in range(num_arms):
+            n = counts[i, a]
+            mean = sums[i, a] / float(max(n, 1)) if n > 0 else 0.0
+            ratio = mean / sq_norm[i, a]
+            for k in range(dim):
+                out[i, a, k] = ratio * features[i, a, k]
 
 
 def unit_directions(vectors: np.ndarray) -> np.ndarray:
@@ -76,23 +121,61 @@ def unit_directions(vectors: np.ndarray) -> np.ndarray:
     return np.divide(vectors, norm, out=np.zeros_like(vectors), where=norm > 0)
 
 
-def _group_sum(values: np.ndarray, group: np.ndarray, num_groups: int) -> np.ndarray:
-    """Sum over clients and over the arms of each group: (M, K, ...) -> (G, ...)."""
-    per_arm = values.sum(axis=0)
+@numba.njit(cache=True)
+def _arm_sums(
+    counts: np.ndarray, vectors: np.ndarray, targets: np.ndarray, weighted: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per arm, sums over clients in client order: sum_i (n_{i,a} v_d) v_e, (K, d, d), and
+    sum_i t_{i,a}, (K, d), with t = targets or n_{i,a} targets (``weighted``). The same products
+    and order as NumPy's ``einsum("mk,mkd,mke->mkde").sum(axis=0)`` and
+    ``(counts[..., None] * targets).sum(axis=0)`` (bit for bit), without their arrays."""
+    num_clients, num_arms, dim = vectors.shape
+    gram = np.zeros((num_arms, dim, dim))
+    total = np.zeros((num_arms, dim))
+    for i in range(num_clients):
+        for a in range(num_arms):
+            weight = float(counts[i, a])
+            for k in range(dim):
+                left = weight * vectors[i, a, k]
+                for m in range(dim):
+                    if i == 0:  # a reduction starts from its first term, not from 0.0 + term
+                        gram[a, k, m] = left * vectors[i, a, m]
+                    else:
+                        gram[a, k, m] += left * vectors[i, a, m]
+                term = weight * targets[i, a, k] if weighted else targets[i, a, k]
+                if i == 0:
+                    total[a, k] = term
+                else:
+                    total[a, k] += term
+    return gram, total
+
+
+def _group_sum(per_arm: np.ndarray, group: np.ndarray, num_groups: int) -> np.ndarray:
+    """Sum over the arms of each group: (K, ...) -> (G, ...)."""
     out = np.zeros((num_groups, *per_arm.shape[1:]))
     np.add.at(out, group, per_arm)
     return out
 
 
 def _pooled_least_squares(
-    counts: np.ndarray, vectors: np.ndarray, targets: np.ndarray, group: np.ndarray, num_groups: int
+    counts: np.ndarray,
+    vectors: np.ndarray,
+    targets: np.ndarray,
+    group: np.ndarray,
+    num_groups: int,
+    weighted: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """V_g = sum_{(i,a) in g} n_{i,a} v v^T, theta_g = V_g^+ sum_{(i,a) in g} targets_{i,a};
-    returns (theta (G, d), V^+ (G, d, d), V (G, d, d))."""
-    outer = np.einsum("mk,mkd,mke->mkde", counts, vectors, vectors)
-    gram = _group_sum(outer, group, num_groups)
+    """V_g = sum_{(i,a) in g} n_{i,a} v v^T, theta_g = V_g^+ sum_{(i,a) in g} t_{i,a} with
+    t = targets, or n_{i,a} targets if ``weighted``; returns (theta (G, d), V^+ (G, d, d), V)."""
+    arm_gram, arm_targets = _arm_sums(
+        np.ascontiguousarray(counts),
+        np.ascontiguousarray(vectors, dtype=np.float64),
+        np.ascontiguousarray(targets, dtype=np.float64),
+        weighted,
+    )
+    gram = _group_sum(arm_gram, group, num_groups)
     cov = np.linalg.pinv(gram, hermitian=True)
-    return np.einsum("gde,ge->gd", cov, _group_sum(targets, group, num_groups)), cov, gram
+    return np.einsum("gde,ge->gd", cov, _group_sum(arm_targets, group, num_groups)), cov, gram
 
 
 def aggregate_directions(
@@ -107,9 +190,7 @@ def aggregate_directions(
     V_g = sum_{(i,a) in g} n_{i,a} u_{i,a} u_{i,a}^T,  theta_g = V_g^+ sum n_{i,a} theta_hat_{i,a},
     W_g = V_g^+. Returns (theta (G, d), W (G, d, d), V (G, d, d)).
     """
-    return _pooled_least_squares(
-        counts, directions, counts[..., None] * estimates, group, num_groups
-    )
+    return _pooled_least_squares(counts, directions, estimates, group, num_groups, weighted=True)
 
 
 def aggregate_least_squares(

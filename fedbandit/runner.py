@@ -41,7 +41,7 @@ from fedbandit.results import (
 from fedbandit.runspec import RunSpec, RuntimeOptions
 from fedbandit.runtimes import RUNTIMES, RuntimeEntry
 from fedbandit.simulation import SeedResult, build_server
-from fedbandit.threads import single_threaded_blas
+from fedbandit.threads import single_threaded_blas, small_page_arrays
 
 RESULTS_ROOT = Path("results")
 
@@ -58,6 +58,7 @@ def config_dict(config: ExperimentConfig) -> dict[str, Any]:
 def run_task(spec: RunSpec, run_dir: str) -> float:
     """Run one (algorithm, seed) on its runtime and write its files; returns its seconds."""
     single_threaded_blas()
+    small_page_arrays()
     return RUNTIMES[spec.options.runtime].run_seed(spec, Path(run_dir))
 
 

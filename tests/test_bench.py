@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fedbandit.bench import BENCHMARKS, _per_client, format_table
+import numpy as np
+import pytest
+
+from fedbandit.bench import BENCHMARKS, _exponents, _per_client, format_table
 
 
 def test_paper_and_scale_are_registered():
@@ -45,6 +48,13 @@ def test_scale_growth_per_client():
     }
     table = format_table("scale", result)
     assert "local_ucb" in table and "time 2.00, RSS 0.50 x M's" in table
+    # seconds 1 -> 20 and RSS 100 -> 500 MB over M 10 -> 100: M^log10(20), M^log10(5)
+    fit = _exponents(points)
+    assert fit is not None
+    assert fit["time"] == pytest.approx(np.log10(20.0)) and fit["rss"] == pytest.approx(np.log10(5))
+    result["fedpe_exponents_in_M"] = fit
+    assert "~ M^1.30" in format_table("scale", result)
+    assert _exponents([points[0], {"M": 100, "T": 8, "error": "out of memory"}]) is None
 
 
 def test_sweep_benchmark_measures_the_overhead_ratio():

@@ -493,3 +493,25 @@ def test_log_pdet_is_the_objective_of_the_vectors_as_given():
     assert log_pdet(weights, vectors, active, group) == pytest.approx(expected, rel=1e-12)
     scaled = log_pdet(weights, 0.1 * vectors, active, group)
     assert scaled == pytest.approx(expected + 2 * 3 * math.log(0.1), rel=1e-12)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_pooling_single_arm_clients_keeps_the_design(shared):
+    # 300 clients, most with one active arm: the pooled problem (stand-ins for the fixed clients)
+    # has the same V, G and D, hence the same optimum, as the full one.
+    rng = np.random.default_rng(5)
+    vectors, active = random_design_problem(rng, 300, 6, 4)
+    single = rng.random(300) < 0.8
+    first = np.argmax(active, axis=1)
+    active[single] = False
+    active[single, first[single]] = True
+    group = np.zeros(6, dtype=int) if shared else None
+    full = solve_design_fast(vectors, active, group, tol=1e-8, pool_fixed=False)
+    pooled = solve_design_fast(vectors, active, group, tol=1e-8)
+    assert pooled.rank_total == full.rank_total
+    assert pooled.g_value == pytest.approx(full.g_value, rel=1e-7)
+    assert pooled.certificate <= 1e-8
+    exact = g_value(pooled.weights, vectors, active, group)
+    assert pooled.g_value == pytest.approx(exact, rel=1e-9)
+    np.testing.assert_array_equal(pooled.weights[single], active[single])
+    np.testing.assert_allclose(pooled.weights, full.weights, atol=1e-4)

@@ -148,3 +148,37 @@ def test_t_quantile_matches_scipy():
 
     for nu in [*range(1, 60), 100, 1000, 10**6]:
         assert t_quantile_975(nu) == pytest.approx(float(stats.t.ppf(0.975, nu)), abs=2e-6)
+
+
+def test_pooled_sums_equal_numpy_einsum_bit_for_bit():
+    # the compiled sums replace einsum("mk,mkd,mke->mkde").sum(axis=0): same products, same order
+    from fedbandit.estimators import _arm_sums
+
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 1000, (5000, 4))
+    vectors, targets = rng.standard_normal((5000, 4, 3)), rng.standard_normal((5000, 4, 3))
+    gram, total = _arm_sums(counts, vectors, targets, False)
+    np.testing.assert_array_equal(
+        gram, np.einsum("mk,mkd,mke->mkde", counts, vectors, vectors).sum(axis=0)
+    )
+    np.testing.assert_array_equal(total, targets.sum(axis=0))
+    _, weighted = _arm_sums(counts, vectors, targets, True)
+    np.testing.assert_array_equal(weighted, (counts[..., None] * targets).sum(axis=0))
+
+
+def test_direction_estimates_equal_the_numpy_expression():
+    rng = np.random.default_rng(4)
+    counts = rng.integers(0, 3, (400, 5))
+    sums, features = rng.standard_normal((400, 5)), rng.standard_normal((400, 5, 3))
+    mean = np.where(counts > 0, sums / np.maximum(counts, 1), 0.0)
+    want = (mean / np.einsum("mkd,mkd->mk", features, features))[..., None] * features
+    got = direction_estimates(sums, counts, features)
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))  # zeros keep NumPy's signs
+
+
+def test_pull_counts_mask_inactive_arms_and_tiny_weights():
+    weights = np.array([[0.5, 0.25, 0.25, 1e-11], [0.3, 0.7, 0.0, 0.2]])
+    active = np.array([[True, True, False, True], [True, True, True, False]])
+    # ceil(8 pi) on active arms with pi > 1e-10, else 0
+    np.testing.assert_array_equal(pull_counts(weights, 8, active), [[4, 2, 0, 0], [3, 6, 0, 0]])

@@ -9,7 +9,9 @@ buffer (``BanditEnvironment.play_steps``): memory is O(n K) per group plus one c
 block of clients, whatever the horizon. The arithmetic is the NumPy transcription's, operation for
 operation (``mean + bonus * inv_sqrt``, first maximum, ``mean += (r - mean) / n``, ``1 / sqrt(n)``;
 the bonus's ``log(t) ** 2`` is Python's ``pow``, as NumPy's scalar power is), so a seed's regret is
-bit-identical to the step-by-step ``pull_arms`` loop (``tests/test_local_ucb.py``).
+bit-identical to the step-by-step ``pull_arms`` loop (``tests/test_local_ucb.py``). The learner's
+state is arm-major, (K, n): the index of one arm is evaluated for a block of clients at a time in
+the processor's vector lanes (the same operations; about 1.5x faster than client-major rows).
 """
 
 from __future__ import annotations
@@ -57,32 +59,38 @@ def ucb_steps(
 ) -> None:
     """Steps first_step .. first_step + count - 1 (0-based) of UCB for every client of the block.
 
-    Learner: arm = argmax_a means + bonus * inv_sqrt (arm t at steps t < K), then the running mean
-    and 1/sqrt(n) of the pulled arm. Environment (the ``play_steps`` contract): the reward
-    ``true_means[i, arm] + noise_sigma * z[i, s]`` and the regret bookkeeping."""
-    n, num_arms = means.shape
-    # Steps outer, clients inner: the clients' steps are independent, so the processor overlaps
-    # them (one client's step is a chain of dependent divisions, square roots and comparisons).
+    Learner (arm-major state, ``means[a, i]``): arm = argmax_a means + bonus * inv_sqrt (first
+    maximum; arm t at steps t < K), then the running mean and 1/sqrt(n) of the pulled arm.
+    Environment (the ``play_steps`` contract): the reward ``true_means[i, arm] + noise_sigma *
+    z[i, s]`` and the regret bookkeeping."""
+    num_arms, n = means.shape
+    best = np.empty(n)
+    arms = np.empty(n, dtype=np.int64)
     for s in range(count):
         step = first_step + s
         bonus = bonuses[s]
+        # The index for all clients, one arm at a time: clients in the processor's vector lanes
+        # (a select, not a branch, keeps the first maximum).
+        if step < num_arms:
+            arms[:] = step
+        else:
+            for i in range(n):
+                best[i] = means[0, i] + bonus * inv_sqrt[0, i]
+                arms[i] = 0
+            for a in range(1, num_arms):
+                for i in range(n):
+                    value = means[a, i] + bonus * inv_sqrt[a, i]
+                    better = value > best[i]
+                    best[i] = value if better else best[i]
+                    arms[i] = a if better else arms[i]
         total = 0.0
         for i in range(n):
-            if step < num_arms:
-                arm = step
-            else:
-                best = means[i, 0] + bonus * inv_sqrt[i, 0]
-                arm = 0
-                for a in range(1, num_arms):
-                    value = means[i, a] + bonus * inv_sqrt[i, a]
-                    if value > best:
-                        best = value
-                        arm = a
+            arm = arms[i]
             reward = true_means[i, arm] + noise_sigma * z[i, s]
-            pulls = counts[i, arm] + 1.0
-            counts[i, arm] = pulls
-            means[i, arm] += (reward - means[i, arm]) / pulls
-            inv_sqrt[i, arm] = 1.0 / np.sqrt(pulls)
+            pulls = counts[arm, i] + 1.0
+            counts[arm, i] = pulls
+            means[arm, i] += (reward - means[arm, i]) / pulls
+            inv_sqrt[arm, i] = 1.0 / np.sqrt(pulls)
             regret[i] += gaps[i, arm]
             total += gap_units[i, arm]
         step_totals[s] += total  # integers below 2^52: exact in any order
@@ -101,7 +109,7 @@ class LocalUCBClient(ClientLogic):
         if message.kind != "start":
             raise ValueError(f"unknown message kind {message.kind!r} for local UCB")
         env = self.env
-        shape = (env.num_clients, env.num_arms)
+        shape = (env.num_arms, env.num_clients)  # arm-major: see ``ucb_steps``
         means, counts, inv_sqrt = np.zeros(shape), np.zeros(shape), np.zeros(shape)
         bonuses: dict[int, np.ndarray] = {}
 
@@ -121,9 +129,9 @@ class LocalUCBClient(ClientLogic):
                 bonuses.clear()
                 bonuses[first] = ucb_bonuses(self.sigma, first + 1, count)
             ucb_steps(
-                means[rows],
-                counts[rows],
-                inv_sqrt[rows],
+                means[:, rows],
+                counts[:, rows],
+                inv_sqrt[:, rows],
                 bonuses[first],
                 first,
                 count,

@@ -43,6 +43,7 @@ from fedbandit.estimators import (
     phase_length,
     pull_counts,
     scores_and_widths,
+    squared_norms,
     unit_directions,
 )
 from fedbandit.federation.messages import Message, broadcast
@@ -80,6 +81,14 @@ def _groups(num_arms: int, shared: bool) -> tuple[np.ndarray, int]:
     if shared:
         return np.zeros(num_arms, dtype=np.int64), 1
     return np.arange(num_arms, dtype=np.int64), num_arms
+
+
+def _rows_of(field: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """field[positions]; a broadcast field (the same value for every client) stays a broadcast
+    view, so the einsum over it takes the same path as over the whole field."""
+    if field.strides[0] == 0:
+        return np.broadcast_to(field[0], (len(positions), *field.shape[1:]))
+    return field[positions]
 
 
 class PhasedEliminationServer(ServerLogic):
@@ -151,6 +160,11 @@ class PhasedEliminationServer(ServerLogic):
     def _rows(self, client_ids: np.ndarray) -> np.ndarray:
         return np.asarray(client_ids, dtype=np.int64)
 
+    def _all_rows(self, rows: np.ndarray) -> bool:
+        """Whether ``rows`` are every client of the run, in order (no gather needed)."""
+        n = self.spec.num_clients
+        return len(rows) == n and bool(np.array_equal(rows, np.arange(n)))
+
     def aggregate(self, reply: Message) -> None:
         expected = "report" if self.stage == "explore" else "active_set"
         if reply.kind != expected or reply.round != self.round - 1:
@@ -170,14 +184,21 @@ class PhasedEliminationServer(ServerLogic):
 
     def _aggregate_report(self, reply: Message) -> None:
         rows = self._rows(reply.client_ids)
-        counts = np.zeros(self.active.shape, dtype=np.int64)
-        counts[rows] = reply.fields["counts"]
+        every = self._all_rows(rows)
+        if every:
+            counts = reply.fields["counts"].astype(np.int64)
+        else:
+            counts = np.zeros(self.active.shape, dtype=np.int64)
+            counts[rows] = reply.fields["counts"]
         if self.phase == 0:
             self._learn_vectors(reply, rows)
         assert self.vectors is not None
         if self.variant.estimator == "direction":
-            estimates = np.zeros((*self.active.shape, self.spec.dim))
-            estimates[rows] = reply.fields["estimate"]
+            if every:
+                estimates = reply.fields["estimate"]
+            else:
+                estimates = np.zeros((*self.active.shape, self.spec.dim))
+                estimates[rows] = reply.fields["estimate"]
             theta, cov, _ = aggregate_directions(
                 estimates, counts, self.vectors, self.group, self.num_groups
             )
@@ -205,7 +226,8 @@ class PhasedEliminationServer(ServerLogic):
             self.min_sq_norm = float(np.min(reply.fields["min_sq_norm"]))
         else:
             self.vectors[rows] = reply.fields["features"]
-        zero = np.linalg.norm(self.vectors[rows], axis=2) == 0
+        mine = self.vectors if self._all_rows(rows) else self.vectors[rows]
+        zero = ~np.any(mine != 0.0, axis=2)
         if zero.any():
             i, a = np.argwhere(zero)[0]
             raise RuntimeError(
@@ -222,13 +244,14 @@ class PhasedEliminationServer(ServerLogic):
         self.active[rows] = active
         assert self.vectors is not None
         start = time.perf_counter()
+        every = self._all_rows(rows)
         result = solve_design_fast(
-            self.vectors[rows],
+            self.vectors if every else self.vectors[rows],
             active,
             self.group,
             tol=self.params.design_tolerance,
             max_iter=self.params.design_max_iter,
-            initial=self.weights[rows],
+            initial=self.weights if every else self.weights[rows],
         )
         self.weights[rows] = result.weights
         self.design_log.append(
@@ -290,6 +313,22 @@ class PhasedEliminationClient(ClientLogic):
         self.sum_scores = np.zeros((n, K))
         self.sum_widths = np.full((n, K), spec.dim * K / spec.num_clients)
         self.total_length = 0.0
+        self._sq_norms: np.ndarray | None = None  # ||x_{i,a}||^2, computed once
+        self._estimates: np.ndarray | None = None
+
+    def _every(self, rows: np.ndarray) -> bool:
+        """Whether ``rows`` are all the group's rows in order (then no gather is needed)."""
+        n = len(self.client_ids)
+        return len(rows) == n and bool(np.array_equal(rows, np.arange(n)))
+
+    def _features(self, rows: np.ndarray) -> np.ndarray:
+        """features[rows], without a copy when ``rows`` are all the group's rows."""
+        return self.features if self._every(rows) else self.features[rows]
+
+    def _sq_norm_rows(self, rows: np.ndarray) -> np.ndarray:
+        if self._sq_norms is None:
+            self._sq_norms = squared_norms(self.features)
+        return self._sq_norms if self._every(rows) else self._sq_norms[rows]
 
     def _rows(self, client_ids: np.ndarray) -> np.ndarray:
         rows = np.searchsorted(self.client_ids, client_ids)
@@ -307,19 +346,28 @@ class PhasedEliminationClient(ClientLogic):
 
     def _explore(self, message: Message, rows: np.ndarray) -> Message:
         phase = int(message.fields["phase"][0])
-        weights = np.where(self.active[rows], message.fields["weights"], 0.0)
-        requested = np.zeros(self.active.shape, dtype=np.int64)
-        requested[rows] = pull_counts(weights, phase_length(phase))
+        every = self._every(rows)
+        active = self.active if every else self.active[rows]
+        counts = pull_counts(message.fields["weights"], phase_length(phase), active)
+        if every:
+            requested = counts
+        else:
+            requested = np.zeros(self.active.shape, dtype=np.int64)
+            requested[rows] = counts
         executed, sums = self.env.pull_counts(requested)
-        executed, sums = executed[rows], sums[rows]
+        if not every:
+            executed, sums = executed[rows], sums[rows]
         self.explored_phase = phase
         pulled = executed > 0
         fields: dict[str, np.ndarray] = {"counts": executed.astype(np.int32), "pulled": pulled}
         if self.variant.estimator == "direction":
-            fields["estimate"] = direction_estimates(sums, executed, self.features[rows])
+            features = self._features(rows)
+            sq = self._sq_norm_rows(rows)
+            # One buffer for every phase's estimates: the server reads them within the exchange.
+            self._estimates = direction_estimates(sums, executed, features, sq, self._estimates)
+            fields["estimate"] = self._estimates
             sparse = {"estimate": "pulled"}
             if phase == 0:
-                sq = np.einsum("mkd,mkd->mk", self.features[rows], self.features[rows])
                 fields["min_sq_norm"] = sq.min(axis=1)
         else:
             fields["reward_sum"] = sums
@@ -344,14 +392,23 @@ class PhasedEliminationClient(ClientLogic):
         if self.variant.shared:
             theta = np.broadcast_to(theta[:, None], (n, K, d))
             cov = np.broadcast_to(cov[:, None], (n, K, d, d))
-        scores, widths = scores_and_widths(self.features[rows], theta, cov)
         active = self.active[rows]
         scale = self.min_sq_norm if self.variant.estimator == "direction" else 1.0
         if np.isnan(scale):
             raise RuntimeError("eliminate message arrived before the server sent l = min ||x||^2")
         if self.variant.elimination == "phase":
-            keep = eliminate_phase(scores, widths, active, self.alpha, scale, self.sigma)
+            # A client with one active arm keeps it: only the others need scores and widths.
+            choice = np.flatnonzero(active.sum(axis=1) >= 2)
+            keep = active.copy()
+            if choice.size:
+                scores, widths = scores_and_widths(
+                    self.features[rows[choice]], _rows_of(theta, choice), _rows_of(cov, choice)
+                )
+                keep[choice] = eliminate_phase(
+                    scores, widths, active[choice], self.alpha, scale, self.sigma
+                )
         else:
+            scores, widths = scores_and_widths(self._features(rows), theta, cov)
             length = float(phase_length(self.explored_phase))
             self.sum_scores[rows] += np.where(active, length * scores, 0.0)
             self.sum_widths[rows] += np.where(active, length**2 * widths / scale, 0.0)

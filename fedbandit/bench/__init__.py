@@ -21,8 +21,9 @@ import numpy as np
 
 _SCALE_CHILD = """
 import json, resource, sys, time
-from fedbandit.threads import single_threaded_blas
+from fedbandit.threads import single_threaded_blas, small_page_arrays
 single_threaded_blas()
+small_page_arrays()
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
 from fedbandit.simulation import simulate
 M, T, K, d = (int(v) for v in sys.argv[1:5])
@@ -31,12 +32,16 @@ instance = paper_synthetic(PaperSyntheticParams(num_clients=M, num_arms=K, dim=d
 if algorithm == "local_ucb":
     simulate(paper_synthetic(PaperSyntheticParams(num_clients=2, num_arms=K, dim=d)),
              algorithm, 64, [0, 0])  # load the compiled kernel outside the timing
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu_before = usage.ru_utime + usage.ru_stime
 start = time.perf_counter()
 result = simulate(instance, algorithm, T, [0, 0])
 seconds = time.perf_counter() - start
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu = usage.ru_utime + usage.ru_stime - cpu_before
+peak = usage.ru_maxrss / 1024
 print(json.dumps({"algorithm": algorithm, "M": M, "T": T, "seconds": seconds,
-                  "peak_rss_mb": peak,
+                  "cpu_seconds": cpu, "peak_rss_mb": peak,
                   "final_regret": float(result.regret.mean_cumulative_regret()[-1])}))
 """
 
@@ -214,6 +219,21 @@ def _per_client(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _exponents(points: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Time and peak RSS as powers of M between the smallest and largest successful points:
+    seconds ~ M^a, RSS ~ M^b (1 is linear in M; RSS includes the interpreter's fixed part)."""
+    good = [p for p in points if "error" not in p]
+    if len(good) < 2 or good[-1]["M"] == good[0]["M"]:
+        return None
+    span = np.log(good[-1]["M"] / good[0]["M"])
+    return {
+        "from_M": good[0]["M"],
+        "to_M": good[-1]["M"],
+        "time": float(np.log(good[-1]["seconds"] / good[0]["seconds"]) / span),
+        "rss": float(np.log(good[-1]["peak_rss_mb"] / good[0]["peak_rss_mb"]) / span),
+    }
+
+
 def bench_scale(quick: bool = False) -> dict[str, Any]:
     """Fed-PE at M=10,000, K=10, d=5, T=2^20 in-process, how time grows with M (up to M =
     10^6) and T; Local UCB at M = 10^4 and 10^5, T = 2^17. Every point in a fresh process."""
@@ -233,6 +253,8 @@ def bench_scale(quick: bool = False) -> dict[str, Any]:
         "seconds": main["seconds"],
         "peak_rss_mb": main["peak_rss_mb"],
         "growth_with_M": _per_client(growth_m + large),
+        "fedpe_exponents_in_M": _exponents(growth_m + large),
+        "local_ucb_exponents_in_M": _exponents(local_ucb),
         "growth_with_T": growth_t,
         "million": large[-1],  # the M = 10^6 point (10^4 with --quick)
         "local_ucb_T": ucb_T,
@@ -452,13 +474,25 @@ def format_table(name: str, result: dict[str, Any]) -> str:
         title, rows = format_deploy(result)
     else:
         rows = [
-            ("algorithm", "M", "T", "seconds", "peak RSS MB", "us/client", "KB/client", "growth")
+            (
+                "algorithm",
+                "M",
+                "T",
+                "seconds",
+                "CPU s",
+                "peak RSS MB",
+                "us/client",
+                "KB/client",
+                "growth",
+            )
         ]
         points = [("fedpe", p) for p in result["growth_with_M"] + result["growth_with_T"][:-1]]
         points += [("local_ucb", p) for p in result["local_ucb"]]
         for algorithm, point in points:
             if "error" in point:
-                rows.append((algorithm, str(point["M"]), str(point["T"]), "failed", "", "", "", ""))
+                rows.append(
+                    (algorithm, str(point["M"]), str(point["T"]), "failed", "", "", "", "", "")
+                )
                 continue
             growth = ""
             if "time_growth_over_M_growth" in point:
@@ -472,6 +506,7 @@ def format_table(name: str, result: dict[str, Any]) -> str:
                     str(point["M"]),
                     str(point["T"]),
                     f"{point['seconds']:.2f}",
+                    f"{point['cpu_seconds']:.1f}" if "cpu_seconds" in point else "",
                     f"{point['peak_rss_mb']:.0f}",
                     f"{1e6 * point['seconds'] / point['M']:.1f}",
                     f"{1024 * point['peak_rss_mb'] / point['M']:.1f}",
@@ -479,6 +514,25 @@ def format_table(name: str, result: dict[str, Any]) -> str:
                 )
             )
         title = f"scale: K={result['K']}, d={result['d']}, one seed each, in-process"
+        for algorithm, key in (
+            ("fedpe", "fedpe_exponents_in_M"),
+            ("local_ucb", "local_ucb_exponents_in_M"),
+        ):
+            fit = result.get(key)
+            if fit:
+                rows.append(
+                    (
+                        algorithm,
+                        f"{fit['from_M']}..{fit['to_M']}",
+                        "",
+                        f"~ M^{fit['time']:.2f}",
+                        "",
+                        f"~ M^{fit['rss']:.2f}",
+                        "",
+                        "",
+                        "growth as a power of M",
+                    )
+                )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [title] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(lines) + "\n"

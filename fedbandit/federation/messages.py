@@ -101,6 +101,8 @@ class Message:
                 )
             if set(part.fields) != set(first.fields):
                 raise ValueError(f"replies of kind {first.kind!r} carry different fields")
+        if len(parts) == 1 and np.all(first.client_ids[1:] > first.client_ids[:-1]):
+            return first  # one group's reply, already ordered by client id: nothing to join
         ids = np.concatenate([p.client_ids for p in parts])
         order = np.argsort(ids, kind="stable")
 
