@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
@@ -718,16 +718,7 @@ def solve_design_fast(
     result = _solve_fast(reduced_u, reduced_act, grp, tol, max_iter, reduced_initial, rtol, start)
     weights = act.astype(np.float64)  # 1 on the only active arm of a fixed client
     weights[free] = result.weights[: len(free)]
-    return DesignResult(
-        weights=weights,
-        g_value=result.g_value,
-        rank_total=result.rank_total,
-        certificate=result.certificate,
-        iterations=result.iterations,
-        converged=result.converged,
-        solver=result.solver,
-        seconds=time.perf_counter() - start,
-    )
+    return replace(result, weights=weights, seconds=time.perf_counter() - start)
 
 
 # --------------------------------------------------------------------------------------------

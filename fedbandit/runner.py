@@ -34,7 +34,6 @@ from fedbandit.results import (
     package_versions,
     read_json,
     seed_done,
-    seed_status,
     seed_stem,
     summarize,
 )
@@ -339,25 +338,24 @@ def run_experiment(
         print(f"fedbandit: {what if resumed else f'results folder {run_dir}'}", file=sys.stderr)
         _say_rough_time(config, instance, tasks, workers)
     bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
-    stopped: DeploymentError | None = None
+    failed: DeploymentError | None = None
     try:
-        manifest["stopped"] = run_tasks([(spec, run_dir) for spec in tasks], workers, bar)
+        reason = run_tasks([(spec, run_dir) for spec in tasks], workers, bar)
     except DeploymentError as err:  # the deployment failed: keep what finished, say why
-        stopped = err
-        manifest["stopped"] = str(err)
+        failed, reason = err, str(err)
     except BaseException:
         remove_stale_temporaries(run_dir)  # workers have stopped: nothing is being written
         raise
     finally:
         bar.close()
-    if manifest["stopped"] is None:
-        del manifest["stopped"]
+    if reason is not None:
+        manifest["stopped"] = reason
     record_failures(run_dir, config, manifest)
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
     atomic_write_json(run_dir / "manifest.json", manifest)
-    if stopped is not None:
-        raise RunStoppedError(str(stopped), run_dir) from None
+    if failed is not None:
+        raise RunStoppedError(str(failed), run_dir) from None
     if plots:
         _plot(run_dir, manifest)
     return run_dir
@@ -416,10 +414,9 @@ def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: tqdm) -> str
             bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
             run_task(spec, str(run_dir))
             bar.update()
-            if seed_status(run_dir, spec.algorithm, spec.seed) == "aborted":
-                failure = read_json(
-                    seed_stem(run_dir, spec.algorithm, spec.seed).with_suffix(".json")
-                ).get("failure")
+            info = read_json(seed_stem(run_dir, spec.algorithm, spec.seed).with_suffix(".json"))
+            if info.get("status") == "aborted":
+                failure = info.get("failure")
                 return (
                     f"{spec.algorithm} seed {spec.seed} aborted ({failure}); the runs after it "
                     "were not started (--on-client-failure abort): restart the lost node, or "
