@@ -153,15 +153,11 @@ class RunAheadRuntime(InProcessRuntime):
         if stored is not None:
             return stored
         self._rewind_all()
-        group_of = self._group_of[message.client_ids]
         replies = []
-        for gi, group in enumerate(self.groups):
-            positions = np.flatnonzero(group_of == gi)
-            if len(positions):
-                part = message.select(positions)
-                replies.append(run_ahead(group, part, self.steps_per_round))
-                self._ahead[gi] = replies[-1][1]
-        return self.buffer.store(message, [group_replies for group_replies, _ in replies])
+        for gi, group, part in self.parts(message):
+            group_replies, self._ahead[gi] = run_ahead(group, part, self.steps_per_round)
+            replies.append(group_replies)
+        return self.buffer.store(message, replies)
 
     def _rewind_all(self) -> None:
         for gi, ahead in self._ahead.items():

@@ -179,7 +179,8 @@ class InProcessRuntime(Runtime):
             self._group_of[group.client_ids] = index
         self.dropped_groups: set[int] = set()
 
-    def exchange(self, message: Message) -> Message:
+    def parts(self, message: Message) -> list[tuple[int, ClientLogic, Message]]:
+        """(group index, group, its part of ``message``) for every group ``message`` addresses."""
         if message.client_ids.max(initial=0) >= len(self._group_of) or np.any(
             self._group_of[message.client_ids] < 0
         ):
@@ -187,7 +188,7 @@ class InProcessRuntime(Runtime):
                 f"round {message.round} addresses clients no group serves (or dropped ones)"
             )
         group_of = self._group_of[message.client_ids]
-        replies = []
+        out = []
         for gi, group in enumerate(self.groups):
             positions = np.flatnonzero(group_of == gi)
             if len(positions) == 0:
@@ -196,8 +197,11 @@ class InProcessRuntime(Runtime):
                 part = message.select(slice(positions[0], positions[-1] + 1))
             else:
                 part = message.select(positions)
-            replies.append(group.handle(part))
-        return Message.concatenate(replies)
+            out.append((gi, group, part))
+        return out
+
+    def exchange(self, message: Message) -> Message:
+        return Message.concatenate([group.handle(part) for _, group, part in self.parts(message)])
 
     def drop(self, client_ids: np.ndarray) -> None:
         ids = np.unique(np.asarray(client_ids, dtype=np.int64))

@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -51,7 +50,7 @@ from fedbandit.flower.codec import (
     encode_state,
     encode_steps,
 )
-from fedbandit.flower.deployment import ERROR_MARK
+from fedbandit.flower.deployment import ERROR_MARK, unreachable
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.instances import Instance
 from fedbandit.runspec import RunSpec
@@ -368,35 +367,27 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
     return app
 
 
-def runtime_api_address(argv: list[str]) -> tuple[str, int] | None:
+def runtime_api_address(argv: list[str]) -> str | None:
     """The SuperLink's ServerApp API, ``--runtime-api-address HOST:PORT`` of ``flwr-serverapp``."""
     for flag, value in itertools.pairwise(argv):
         if flag == "--runtime-api-address":
-            host, _, port = value.rpartition(":")
-            return (host.strip("[]"), int(port)) if port.isdigit() else None
+            return value
     return None
 
 
 def exit_when_unreachable(
-    address: tuple[str, int], grace_seconds: float = 15.0, every_seconds: float = 1.0
+    address: str, grace_seconds: float = 15.0, every_seconds: float = 1.0
 ) -> threading.Thread:
     """Stop this ServerApp process when its SuperLink has refused connections for
     ``grace_seconds``: Flower's ServerApp otherwise retries without limit after its SuperLink
     died. Logs why, then interrupts the process as Flower does for a stopped run (SIGINT: its
     exit handlers run), and ends it if that has not within 10 s."""
 
-    def reachable() -> bool:
-        try:
-            with socket.create_connection(address, timeout=every_seconds):
-                return True
-        except OSError:
-            return False
-
     def watch() -> None:
         lost_since: float | None = None
         while True:
             time.sleep(every_seconds)
-            if reachable():
+            if unreachable(address, timeout=every_seconds) is None:
                 lost_since = None
                 continue
             lost_since = lost_since if lost_since is not None else time.monotonic()
@@ -404,9 +395,9 @@ def exit_when_unreachable(
                 break
         log(
             ERROR,
-            "%sthe SuperLink at %s:%d is unreachable (for %g s); this ServerApp stops",
+            "%sthe SuperLink at %s is unreachable (for %g s); this ServerApp stops",
             ERROR_MARK,
-            *address,
+            address,
             grace_seconds,
         )
         signal.raise_signal(signal.SIGINT)

@@ -327,23 +327,32 @@ def decode_regret(content: RecordDict, client_ids: np.ndarray) -> RegretRecord:
     return record
 
 
-def encode_state(state: dict[str, np.ndarray], target: RecordDict) -> None:
+def encode_state(
+    state: dict[str, np.ndarray],
+    target: RecordDict,
+    keys: tuple[str, str] = (STATE_KEY, SCALARS_KEY),
+) -> None:
     """A client group's state (``ClientLogic.state_dict()``) into ``target`` (the ClientApp's
-    ``context.state``). Flower returns 0-d arrays as 1-d: the scalar entries are listed so that
-    ``decode_state`` gives them back as scalars."""
-    target.array_records[STATE_KEY] = ArrayRecord(
+    ``context.state``) under ``keys`` (arrays, scalar names). Flower returns 0-d arrays as 1-d:
+    the scalar entries are listed so that ``decode_state`` gives them back as scalars."""
+    array_key, scalars_key = keys
+    target.array_records[array_key] = ArrayRecord(
         {key: Array(np.ascontiguousarray(np.atleast_1d(value))) for key, value in state.items()}
     )
     scalars = [key for key, value in state.items() if value.ndim == 0]
-    target.config_records[SCALARS_KEY] = ConfigRecord({"scalars": json.dumps(scalars)})
+    target.config_records[scalars_key] = ConfigRecord({"scalars": json.dumps(scalars)})
 
 
-def decode_state(source: RecordDict) -> dict[str, np.ndarray] | None:
-    """The state ``encode_state`` wrote into ``source``, or None when it holds none."""
-    if STATE_KEY not in source.array_records:
+def decode_state(
+    source: RecordDict, keys: tuple[str, str] = (STATE_KEY, SCALARS_KEY)
+) -> dict[str, np.ndarray] | None:
+    """The state ``encode_state`` wrote into ``source`` under ``keys``, or None when it holds
+    none."""
+    array_key, scalars_key = keys
+    if array_key not in source.array_records:
         return None
-    stored = source.array_records[STATE_KEY]
-    scalars = set(json.loads(str(source.config_records[SCALARS_KEY]["scalars"])))
+    stored = source.array_records[array_key]
+    scalars = set(json.loads(str(source.config_records[scalars_key]["scalars"])))
     return {
         key: array.numpy().reshape(()) if key in scalars else array.numpy()
         for key, array in stored.items()
@@ -354,13 +363,10 @@ def encode_ahead(ahead: Ahead, target: RecordDict) -> None:
     """A group's run-ahead memory into ``target`` (``context.state``): its state after the
     first exchange, that exchange's round and how many it ran. Only the round and the client ids
     of the first message are kept: a rewind replays empty rounds after it."""
-    info = {"round": ahead.first.round, "ran": ahead.ran, "base": ahead.base is not None}
+    info = {"round": ahead.first.round, "ran": ahead.ran}
     target.config_records[AHEAD_INFO_KEY] = ConfigRecord({"json": json.dumps(info)})
     if ahead.base is not None:
-        staged = RecordDict()
-        encode_state(ahead.base, staged)
-        target.array_records[AHEAD_STATE_KEY] = staged.array_records[STATE_KEY]
-        target.config_records[AHEAD_SCALARS_KEY] = staged.config_records[SCALARS_KEY]
+        encode_state(ahead.base, target, (AHEAD_STATE_KEY, AHEAD_SCALARS_KEY))
     elif AHEAD_STATE_KEY in target.array_records:
         del target.array_records[AHEAD_STATE_KEY]
 
@@ -370,12 +376,7 @@ def decode_ahead(source: RecordDict, client_ids: np.ndarray) -> Ahead | None:
     if AHEAD_INFO_KEY not in source.config_records:
         return None
     info = json.loads(str(source.config_records[AHEAD_INFO_KEY]["json"]))
-    base = None
-    if info["base"]:
-        staged = RecordDict()
-        staged.array_records[STATE_KEY] = source.array_records[AHEAD_STATE_KEY]
-        staged.config_records[SCALARS_KEY] = source.config_records[AHEAD_SCALARS_KEY]
-        base = decode_state(staged)
+    base = decode_state(source, (AHEAD_STATE_KEY, AHEAD_SCALARS_KEY))
     first = Message("round", int(info["round"]), client_ids, {})
     return Ahead(base, first, int(info["ran"]))
 

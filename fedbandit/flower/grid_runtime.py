@@ -215,9 +215,14 @@ class FlowerGridRuntime(Runtime):
         """A delivered message's records: the message, and with run-ahead its instructions."""
         content = encode(part)
         if self.steps_per_round > 1:
-            consumed = self.buffer.consumed if node in self._delivered_to else 0
-            content[AHEAD_KEY] = ConfigRecord({"budget": budget, "consumed": consumed})
+            content[AHEAD_KEY] = self._ahead_record(node, budget)
         return content
+
+    def _ahead_record(self, node: int, budget: int) -> ConfigRecord:
+        """Run-ahead instructions: ``budget``, and how many exchanges of its last delivery the
+        node must keep (0 when it took no part in the last delivery: nothing to rewind)."""
+        consumed = self.buffer.consumed if node in self._delivered_to else 0
+        return ConfigRecord({"budget": budget, "consumed": consumed})
 
     def _decode(self, reply: Message, sent: BanditMessage, budget: int) -> list[BanditMessage]:
         """A node's replies to ``sent`` (one per exchange it ran), checked; MalformedReplyError."""
@@ -356,8 +361,7 @@ class FlowerGridRuntime(Runtime):
                 continue
             content = RecordDict({})
             if self.steps_per_round > 1:  # a node that ran ahead rewinds first
-                consumed = self.buffer.consumed if node in self._delivered_to else 0
-                content[AHEAD_KEY] = ConfigRecord({"budget": 1, "consumed": consumed})
+                content[AHEAD_KEY] = self._ahead_record(node, 1)
             messages.append(Message(content, dst_node_id=node, message_type="query.regret"))
         replies, failures, silent = self._send(messages)
         failures.update({node: f"no reply within {self.timeout:g} s" for node in silent})
