@@ -135,3 +135,38 @@ class Deployment:
             f"--- {name} ---\n" + "\n".join(self.log(name).splitlines()[-15:])
             for name in self.processes
         )
+
+
+def start_loopback(deploy: Deployment, ranges: list[str], *node_args: str) -> str:
+    """An insecure SuperLink on a free loopback port and one SuperNode per client range."""
+    port = free_port()
+    superlink = deploy.superlink(port, "--insecure")
+    wait_for_port("127.0.0.1", port)
+    for i, clients in enumerate(ranges):
+        deploy.supernode(f"node{i}", superlink, clients, free_port(), "--insecure", *node_args)
+    return superlink
+
+
+def wait_for_rounds(deploy: Deployment, node: str, rounds: int, timeout: float = 120) -> None:
+    """Until ``node`` has received ``rounds`` round messages in all (its log says so)."""
+    deadline = time.monotonic() + timeout
+    while deploy.log(node).count("Receiving: train.step") < rounds:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{node} got fewer than {rounds} rounds:\n{deploy.logs()}")
+        time.sleep(0.2)
+
+
+def live_commands() -> list[str]:
+    """The command lines of this machine's live processes (zombies left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            found.append(command)
+    return found

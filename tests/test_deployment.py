@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from flower_deploy import Deployment, free_port, wait_for_port
+from flower_deploy import (
+    Deployment,
+    free_port,
+    start_loopback,
+    wait_for_port,
+    wait_for_rounds,
+)
 
 from fedbandit.cli import main
 from fedbandit.results import read_json
@@ -54,13 +60,19 @@ def assert_same_results(local: Path, other: Path, algorithms: list[str]) -> None
         assert b["status"] == "complete"
 
 
-def start_loopback(deploy: Deployment, ranges: list[str], *node_args: str) -> str:
-    port = free_port()
-    superlink = deploy.superlink(port, "--insecure")
-    wait_for_port("127.0.0.1", port)
-    for i, clients in enumerate(ranges):
-        deploy.supernode(f"node{i}", superlink, clients, free_port(), "--insecure", *node_args)
-    return superlink
+def same_on_two_nodes_as_locally(
+    deployment: Deployment, tmp_path: Path, experiment: list[str], algorithms: list[str]
+) -> None:
+    """Run ``experiment`` locally (``tmp_path/local``) and on two loopback SuperNodes serving
+    clients 0-2 and 3-5 (``tmp_path/flower``); the results must be the same file by file."""
+    superlink = start_loopback(deployment, ["0-2", "3-5"])
+    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
+    code = run_cli(
+        "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
+        "--out", str(tmp_path / "flower"),
+    )  # fmt: skip
+    assert code == 0, deployment.logs()
+    assert_same_results(tmp_path / "local", tmp_path / "flower", algorithms)
 
 
 def test_three_runtimes_give_identical_results(deployment, tmp_path):
@@ -101,25 +113,9 @@ def test_plugin_algorithm_runs_on_a_deployment_as_locally(deployment, tmp_path):
         str(PLUGIN_EXPERIMENT), "--seeds", "1", "--quiet", "--set", 'algorithms=["fed_ucb"]',
         "--set", "instance.num_clients=6", "--set", "horizon=512",
     ]  # fmt: skip
-    superlink = start_loopback(deployment, ["0-2", "3-5"])
-    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
-    code = run_cli(
-        "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
-        "--out", str(tmp_path / "flower"),
-    )  # fmt: skip
-    assert code == 0, deployment.logs()
-    assert_same_results(tmp_path / "local", tmp_path / "flower", ["fed_ucb"])
+    same_on_two_nodes_as_locally(deployment, tmp_path, experiment, ["fed_ucb"])
     plugins = read_json(tmp_path / "flower" / "manifest.json")["plugins"]
     assert plugins["fed_ucb"].startswith("fedbandit-example-plugin")
-
-
-def wait_for_rounds(deploy: Deployment, node: str, rounds: int, timeout: float = 120) -> None:
-    """Until ``node`` has received ``rounds`` round messages (its log says so)."""
-    deadline = time.monotonic() + timeout
-    while deploy.log(node).count("Receiving: train.step") < rounds:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{node} got fewer than {rounds} rounds:\n{deploy.logs()}")
-        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("policy", ["abort", "drop"])
@@ -281,14 +277,7 @@ def test_per_step_protocols_run_ahead_on_a_deployment(deployment, tmp_path):
         "contextual_tiny", "--seeds", "1", "--quiet", "--set", "horizon=300",
         "--set", f"algorithms={json.dumps(algorithms)}", "--set", "instance.num_clients=6",
     ]  # fmt: skip
-    superlink = start_loopback(deployment, ["0-2", "3-5"])
-    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
-    code = run_cli(
-        "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
-        "--out", str(tmp_path / "flower"),
-    )  # fmt: skip
-    assert code == 0, deployment.logs()
-    assert_same_results(tmp_path / "local", tmp_path / "flower", algorithms)
+    same_on_two_nodes_as_locally(deployment, tmp_path, experiment, algorithms)
     for algorithm in algorithms:
         rounds = len(files_of(tmp_path / "flower", algorithm, "latency"))
         assert rounds < 300 / 5, (algorithm, rounds)

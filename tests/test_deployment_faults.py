@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from flower_deploy import FEDBANDIT, Deployment, free_port, wait_for_port
+from flower_deploy import (
+    FEDBANDIT,
+    Deployment,
+    free_port,
+    live_commands,
+    start_loopback,
+    wait_for_port,
+    wait_for_rounds,
+)
 
 from fedbandit.results import read_json
 
@@ -41,43 +49,16 @@ def deployment(tmp_path):
 
 def flower_processes(root: Path) -> list[str]:
     """Command lines of live processes (not zombies) that mention ``root``, the test folder."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if str(root) in command and state != "Z":
-            found.append(command)
-    return found
+    return [command for command in live_commands() if str(root) in command]
 
 
 def serverapp_processes(port: int) -> list[str]:
     """Live ``flwr-serverapp`` processes connected to the SuperLink on ``port``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if "flwr-serverapp" in command and f"127.0.0.1:{port} " in f"{command} " and state != "Z":
-            found.append(command)
-    return found
-
-
-def start_loopback(deploy: Deployment, ranges: list[str], *node_args: str) -> str:
-    port = free_port()
-    superlink = deploy.superlink(port, "--insecure")
-    wait_for_port("127.0.0.1", port)
-    for i, clients in enumerate(ranges):
-        deploy.supernode(f"node{i}", superlink, clients, free_port(), "--insecure", *node_args)
-    return superlink
+    return [
+        command
+        for command in live_commands()
+        if "flwr-serverapp" in command and f"127.0.0.1:{port} " in f"{command} "
+    ]
 
 
 def start_run(tmp_path: Path, superlink: str, *argv: str) -> subprocess.Popen:
@@ -93,15 +74,6 @@ def start_run(tmp_path: Path, superlink: str, *argv: str) -> subprocess.Popen:
         start_new_session=True,
         cwd=tmp_path,
     )
-
-
-def wait_for_rounds(deploy: Deployment, node: str, rounds: int, timeout: float = 120) -> None:
-    """Until ``node`` has received ``rounds`` round messages in all (its log says so)."""
-    deadline = time.monotonic() + timeout
-    while deploy.log(node).count("Receiving: train.step") < rounds:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{node} got fewer than {rounds} rounds:\n{deploy.logs()}")
-        time.sleep(0.2)
 
 
 def finish(process: subprocess.Popen, tmp_path: Path, timeout: float) -> tuple[int, str]:
