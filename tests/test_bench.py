@@ -61,8 +61,6 @@ def test_sweep_benchmark_measures_the_overhead_ratio():
     result = BENCHMARKS["sweep"](quick=True)
     assert result["tasks"] == 2 * 4 * 2
     expected = result["wall_seconds"] / (result["task_seconds_sum"] / result["workers"])
-    assert (
-        result["overhead_ratio"] == round(expected, 3)
-        or abs(result["overhead_ratio"] - expected) < 0.01
-    )
+    assert result["overhead_ratio"] == pytest.approx(expected, rel=1e-12)
+    assert result["overhead_ratio"] > 0.5
     assert "overhead ratio" in format_table("sweep", result)
