@@ -10,8 +10,10 @@ block of clients, whatever the horizon. The arithmetic is the NumPy transcriptio
 operation (``mean + bonus * inv_sqrt``, first maximum, ``mean += (r - mean) / n``, ``1 / sqrt(n)``;
 the bonus's ``log(t) ** 2`` is Python's ``pow``, as NumPy's scalar power is), so a seed's regret is
 bit-identical to the step-by-step ``pull_arms`` loop (``tests/test_local_ucb.py``). The learner's
-state is arm-major, (K, n): the index of one arm is evaluated for a block of clients at a time in
-the processor's vector lanes (the same operations; about 1.5x faster than client-major rows).
+state is arm-major, one contiguous (K, block) array per block of clients: the index of one arm is
+evaluated for the block's clients at a time in the processor's vector lanes (the same operations;
+about 1.5x faster than client-major rows, and 4x faster than strided column slices of one (K, n)
+array, which the compiler does not vectorise).
 """
 
 from __future__ import annotations
@@ -109,8 +111,10 @@ class LocalUCBClient(ClientLogic):
         if message.kind != "start":
             raise ValueError(f"unknown message kind {message.kind!r} for local UCB")
         env = self.env
-        shape = (env.num_arms, env.num_clients)  # arm-major: see ``ucb_steps``
-        means, counts, inv_sqrt = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        # One contiguous (3, K, block) array (means, counts, 1/sqrt(n)) per block of clients,
+        # arm-major: see ``ucb_steps``. (Column slices of one (K, n) array would be strided views,
+        # which the compiled loops do not vectorise: 4x slower.)
+        states: dict[int, np.ndarray] = {}
         bonuses: dict[int, np.ndarray] = {}
 
         def kernel(
@@ -128,10 +132,13 @@ class LocalUCBClient(ClientLogic):
             if first not in bonuses:  # one chunk of bonuses, shared by the blocks of clients
                 bonuses.clear()
                 bonuses[first] = ucb_bonuses(self.sigma, first + 1, count)
+            state = states.get(rows.start)
+            if state is None:
+                state = states[rows.start] = np.zeros((3, env.num_arms, rows.stop - rows.start))
             ucb_steps(
-                means[:, rows],
-                counts[:, rows],
-                inv_sqrt[:, rows],
+                state[0],
+                state[1],
+                state[2],
                 bonuses[first],
                 first,
                 count,
