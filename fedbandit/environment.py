@@ -13,7 +13,9 @@ in any order, and the merged curve is bit-identical however clients are grouped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numba
@@ -30,6 +32,7 @@ from fedbandit.state import (
     with_prefix,
 )
 from fedbandit.streams import ClientStreams
+from fedbandit.threads import kernel_threads
 
 #: What the environment has been used for so far (the two kinds of pulls do not mix).
 _NO_PULLS, _BLOCKS, _STEPS = 0, 1, 2
@@ -284,7 +287,7 @@ class BanditEnvironment(GroupEnvironment):
         self.pulls += 1
         return rewards
 
-    def play_steps(self, kernel: StepKernel, block: int = 512) -> None:
+    def play_steps(self, kernel: StepKernel, block: int = 512, threads: int | None = None) -> None:
         """Play the whole horizon step by step with a compiled kernel, in O(n K) memory.
 
         The rewards and the regret are those of ``pull_arms`` called once per step (same noise
@@ -297,21 +300,32 @@ class BanditEnvironment(GroupEnvironment):
         environment's part adds ``gaps[i, arm]`` to ``regret[i]`` and ``gap_units[i, arm]`` to
         ``step_totals[s]``. Afterwards the state (pulls, regret, noise stream position) is the
         state ``pull_arms`` would have left.
+
+        The blocks of one chunk run on ``threads`` threads (default ``fedbandit.threads.
+        kernel_threads()``), each with its own noise buffer and step totals: the kernel must
+        release the GIL (numba ``nogil``) for them to overlap, and may be called for different
+        blocks at once. The result does not depend on the number of threads: blocks are disjoint
+        clients with their own streams, and the step totals are integer-valued (fixed point) sums
+        below 2^52, exact in any order.
         """
         if self._mode != _NO_PULLS:
             raise RuntimeError("play_steps needs an environment that has not been pulled yet")
         self._mode = _STEPS
         n, horizon = self.num_clients, self.horizon
-        z = np.empty((min(block, n), NOISE_CHUNK))
-        step_totals = np.zeros(NOISE_CHUNK)
-        for first in range(0, horizon, NOISE_CHUNK):
-            count = min(NOISE_CHUNK, horizon - first)
-            if first + count == horizon:
-                self._refill_snapshot = self._stream_arrays()
-            step_totals[:] = 0.0
-            for start in range(0, n, block):
-                rows = slice(start, min(start + block, n))
-                chunk = z[: rows.stop - start]
+        blocks = [slice(start, min(start + block, n)) for start in range(0, n, block)]
+        workers = max(1, min(kernel_threads() if threads is None else threads, len(blocks)))
+        buffers = [np.empty((min(block, n), NOISE_CHUNK)) for _ in range(workers)]
+        totals = np.zeros((workers, NOISE_CHUNK))
+        lock = threading.Lock()
+
+        def play(worker: int, first: int, count: int, queue: Iterator[slice]) -> None:
+            z, step_totals = buffers[worker], totals[worker]
+            while True:
+                with lock:  # blocks are handed out as threads become free
+                    rows = next(queue, None)
+                if rows is None:
+                    return
+                chunk = z[: rows.stop - rows.start]
                 self._streams.fill(chunk, np.arange(rows.start, rows.stop))
                 kernel(
                     rows,
@@ -325,10 +339,31 @@ class BanditEnvironment(GroupEnvironment):
                     self._regret[rows],
                     step_totals,
                 )
-            # Integer-valued (fixed point) sums below 2^52: exact in any order.
-            self._diff[first : first + count] += step_totals[:count]
-            self._diff[first + 1 : first + count + 1] -= step_totals[:count]
-            self.pulls += count
+
+        pool = ThreadPoolExecutor(workers - 1) if workers > 1 else None
+        try:
+            for first in range(0, horizon, NOISE_CHUNK):
+                count = min(NOISE_CHUNK, horizon - first)
+                if first + count == horizon:
+                    self._refill_snapshot = self._stream_arrays()
+                totals[:] = 0.0
+                queue = iter(blocks)
+                helpers = (
+                    [pool.submit(play, w, first, count, queue) for w in range(1, workers)]
+                    if pool
+                    else []
+                )
+                play(0, first, count, queue)
+                for helper in helpers:
+                    helper.result()
+                # Integer-valued (fixed point) sums below 2^52: exact in any order.
+                step_totals = totals.sum(axis=0)
+                self._diff[first : first + count] += step_totals[:count]
+                self._diff[first + 1 : first + count + 1] -= step_totals[:count]
+                self.pulls += count
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         # As after the last pull_arms: a partly used buffer is its generators' states and position.
         self._noise = np.broadcast_to(np.float64(np.nan), (n, NOISE_CHUNK))
         self._noise_pos = (horizon - 1) % NOISE_CHUNK + 1

@@ -40,7 +40,12 @@ from fedbandit.results import (
 from fedbandit.runspec import RunSpec, RuntimeOptions
 from fedbandit.runtimes import RUNTIMES, RuntimeEntry
 from fedbandit.simulation import SeedResult, build_server
-from fedbandit.threads import single_threaded_blas, small_page_arrays
+from fedbandit.threads import (
+    available_cpus,
+    set_kernel_threads,
+    single_threaded_blas,
+    small_page_arrays,
+)
 
 RESULTS_ROOT = Path("results")
 
@@ -423,7 +428,9 @@ def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: tqdm) -> str
                     "choose --on-client-failure drop, and rerun with the same --out"
                 )
         return None
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # The workers share the cores: each runs its compiled kernels on its share of them.
+    share = (max(1, available_cpus() // workers),)
+    with ProcessPoolExecutor(workers, initializer=set_kernel_threads, initargs=share) as pool:
         futures = {pool.submit(run_task, spec, str(run_dir)): spec for spec, run_dir in tasks}
         pending = set(futures)
         try:

@@ -194,7 +194,7 @@ def _normal_tail(
     return x, hi, lo
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def fill_standard_normal(
     state_hi: np.ndarray,
     state_lo: np.ndarray,

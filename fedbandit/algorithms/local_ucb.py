@@ -18,6 +18,8 @@ array, which the compiler does not vectorise).
 
 from __future__ import annotations
 
+import threading
+
 import numba
 import numpy as np
 from pydantic import Field
@@ -43,7 +45,7 @@ def ucb_bonuses(sigma: float, first_step: int, count: int) -> np.ndarray:
     return sigma * np.sqrt(2.0 * np.log(1.0 + steps * squares))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def ucb_steps(
     means: np.ndarray,
     counts: np.ndarray,
@@ -116,6 +118,7 @@ class LocalUCBClient(ClientLogic):
         # which the compiled loops do not vectorise: 4x slower.)
         states: dict[int, np.ndarray] = {}
         bonuses: dict[int, np.ndarray] = {}
+        lock = threading.Lock()
 
         def kernel(
             rows: slice,
@@ -129,17 +132,20 @@ class LocalUCBClient(ClientLogic):
             regret: np.ndarray,
             step_totals: np.ndarray,
         ) -> None:
-            if first not in bonuses:  # one chunk of bonuses, shared by the blocks of clients
-                bonuses.clear()
-                bonuses[first] = ucb_bonuses(self.sigma, first + 1, count)
-            state = states.get(rows.start)
-            if state is None:
-                state = states[rows.start] = np.zeros((3, env.num_arms, rows.stop - rows.start))
+            with lock:  # blocks of clients may be played on several threads at once
+                if first not in bonuses:  # one chunk of bonuses, shared by the blocks
+                    bonuses.clear()
+                    bonuses[first] = ucb_bonuses(self.sigma, first + 1, count)
+                chunk_bonuses = bonuses[first]
+                state = states.get(rows.start)
+                if state is None:
+                    shape = (3, env.num_arms, rows.stop - rows.start)
+                    state = states[rows.start] = np.zeros(shape)
             ucb_steps(
                 state[0],
                 state[1],
                 state[2],
-                bonuses[first],
+                chunk_bonuses,
                 first,
                 count,
                 true_means,

@@ -48,7 +48,9 @@ def seed_files_from_json(spec_json: str) -> dict[str, str]:
     """The body of a Ray task: rebuild the ``RunSpec`` from its JSON and run the seed here."""
     from fedbandit.runspec import RunSpec
     from fedbandit.runtimes import local_seed_files
+    from fedbandit.threads import set_kernel_threads
 
+    set_kernel_threads(1)  # a Ray task holds one CPU (num_cpus=1)
     return local_seed_files(RunSpec.model_validate_json(spec_json))
 
 
