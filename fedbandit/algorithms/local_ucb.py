@@ -6,7 +6,9 @@ lowest arm index. No communication: the server sends one empty start message.
 
 The steps run in a compiled kernel (numba) over the clients, in chunks of the environment's noise
 buffer (``BanditEnvironment.play_steps``): memory is O(n K) per group plus one chunk of noise for a
-block of clients, whatever the horizon. The arithmetic is the NumPy transcription's, operation for
+block of clients per thread, whatever the horizon. The blocks run on ``fedbandit.threads.
+kernel_threads()`` threads (the kernel releases the GIL); the regret does not depend on how many.
+The arithmetic is the NumPy transcription's, operation for
 operation (``mean + bonus * inv_sqrt``, first maximum, ``mean += (r - mean) / n``, ``1 / sqrt(n)``;
 the bonus's ``log(t) ** 2`` is Python's ``pow``, as NumPy's scalar power is), so a seed's regret is
 bit-identical to the step-by-step ``pull_arms`` loop (``tests/test_local_ucb.py``). The learner's
