@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fedbandit.config import available_experiments, load_experiment
 from fedbandit.errors import ConfigError, FedbanditError, RunStoppedError
-from fedbandit.threads import single_threaded_blas, small_page_arrays
+from fedbandit.threads import kernel_threads, single_threaded_blas, small_page_arrays
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -512,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
     try:
+        kernel_threads()  # a wrong FEDBANDIT_THREADS fails here, before any work starts
         return args.func(args)
     except FedbanditError as err:
         print(f"fedbandit: error: {err}", file=sys.stderr)

@@ -30,6 +30,8 @@ import os
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fedbandit.errors import ConfigError
+
 _limits = None
 #: Default cap of ``kernel_threads`` (the environment variable may exceed it).
 MAX_KERNEL_THREADS = 8
@@ -73,7 +75,7 @@ def kernel_threads() -> int:
         except ValueError:
             count = 0
         if count < 1:
-            raise ValueError(f"FEDBANDIT_THREADS must be a positive integer, got {value!r}")
+            raise ConfigError(f"FEDBANDIT_THREADS must be a positive integer, got {value!r}")
         return count
     if _kernel_threads is not None:
         return _kernel_threads

@@ -108,6 +108,18 @@ def test_kernel_threads_policy(monkeypatch):
         set_kernel_threads(None)
 
 
+def test_a_wrong_thread_count_is_one_line_before_any_work(monkeypatch, tmp_path, capsys):
+    from fedbandit.cli import main
+
+    monkeypatch.setenv("FEDBANDIT_THREADS", "two")
+    code = main(["run", "fedpe_tiny", "--seeds", "1", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().splitlines() == [
+        "fedbandit: error: FEDBANDIT_THREADS must be a positive integer, got 'two'"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_bonuses_equal_the_scalar_expression():
     """NumPy's scalar ``x ** 2`` is C ``pow``, which differs from ``x * x`` in the last bit for
     some x: the vectorised bonus must reproduce the scalar one exactly."""
