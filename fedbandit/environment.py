@@ -38,6 +38,10 @@ from fedbandit.threads import kernel_threads
 _NO_PULLS, _BLOCKS, _STEPS = 0, 1, 2
 #: Noise draws per client per refill for step-by-step pulls (fixed: part of the stream layout).
 NOISE_CHUNK = 4096
+#: Clients per block of ``play_steps``: a block's learner state and its column of noise stay in the
+#: processor's caches (Local UCB at M = 10^4, T = 2^15 on two threads: 1.7-2.0 s with 128,
+#: 2.3-2.5 s with 512, 2.9 s with 1024; 64 is no faster than 128).
+STEP_BLOCK = 128
 #: A compiled step kernel for ``BanditEnvironment.play_steps`` (see there for the arguments).
 StepKernel = Callable[..., None]
 
@@ -287,7 +291,9 @@ class BanditEnvironment(GroupEnvironment):
         self.pulls += 1
         return rewards
 
-    def play_steps(self, kernel: StepKernel, block: int = 512, threads: int | None = None) -> None:
+    def play_steps(
+        self, kernel: StepKernel, block: int = STEP_BLOCK, threads: int | None = None
+    ) -> None:
         """Play the whole horizon step by step with a compiled kernel, in O(n K) memory.
 
         The rewards and the regret are those of ``pull_arms`` called once per step (same noise

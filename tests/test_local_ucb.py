@@ -10,7 +10,7 @@ import pytest
 from fedbandit.algorithms.base import ProblemSpec
 from fedbandit.algorithms.local_ucb import LocalUCBClient, LocalUCBParams, ucb_bonuses
 from fedbandit.bench.reference import local_ucb_numpy_loop
-from fedbandit.environment import NOISE_CHUNK, BanditEnvironment
+from fedbandit.environment import NOISE_CHUNK, STEP_BLOCK, BanditEnvironment
 from fedbandit.federation.messages import Message
 from fedbandit.instances import PaperSyntheticParams, SyntheticParams, paper_synthetic, synthetic
 from fedbandit.simulation import problem_spec
@@ -158,11 +158,11 @@ def test_memory_does_not_grow_with_the_horizon(monkeypatch):
 
 def test_memory_of_the_noise_is_one_block_of_clients_per_thread(monkeypatch):
     """The step-by-step environment drew M x 4,096 noise at once (and stacked a copy); the kernel
-    draws it for 512 clients at a time, in one buffer per thread."""
+    draws it for ``STEP_BLOCK`` clients at a time, in one buffer per thread."""
     instance = paper_synthetic(PaperSyntheticParams(num_clients=2000, num_arms=10, dim=3))
     _peak_bytes(instance, 16)  # load the kernel outside the measurement
     per_client_state = 3 * 10 * 8
-    buffer = 512 * NOISE_CHUNK * 8
+    buffer = STEP_BLOCK * NOISE_CHUNK * 8
     monkeypatch.setenv("FEDBANDIT_THREADS", "1")
     one = _peak_bytes(instance, 16)
     assert one < buffer + 2000 * (per_client_state + 400) + 2**20, one
