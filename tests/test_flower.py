@@ -41,7 +41,8 @@ def test_codec_round_trip_keeps_everything():
     # The broadcast field travels once per node, not once per client.
     layout = json.loads(str(record.config_records["header"]["json"]))["layout"]
     assert {name: shape for name, _, shape, _ in layout}["fields/theta"] == [3, 2]
-    assert list(record.array_records) == ["data"]  # one packed array per message
+    # One record per message (3 Flower objects with the message and its RecordDict).
+    assert list(record) == ["header"] and isinstance(record["header"]["packed"], bytes)
     back = decode(record, message.client_ids, 7, {"eliminate"})
     assert (back.kind, back.round, dict(back.sparse), back.known) == (
         "eliminate",
@@ -202,6 +203,55 @@ def test_run_ahead_on_flower_sim_gives_the_per_step_results_in_few_rounds(algori
     assert rounds <= 2 * local.totals["rounds"] + 2 and rounds < 300 / 4, rounds
 
 
+def test_codec_sends_a_large_buffer_as_an_array_record_and_reads_both():
+    """Above ``INLINE_BYTES`` the packed buffer travels as an ``ArrayRecord`` (Flower chunks it);
+    both forms decode to the same message, and a header of the wrong type is malformed."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    from fedbandit.flower.codec import DATA_KEY, HEADER_KEY, _flatten, _records
+
+    message = sample_message()
+    arrays, header = _flatten(message)
+    large = _records(arrays, header, inline_bytes=8)
+    assert "packed" not in large[HEADER_KEY] and list(large.array_records) == [DATA_KEY]
+    small = encode(message)
+    assert list(small) == [HEADER_KEY]
+    for record in (small, large):
+        back = decode(record, message.client_ids, 7)
+        for name, value in message.fields.items():
+            assert back.fields[name].tobytes() == np.ascontiguousarray(value).tobytes()
+    bad = RecordDict({HEADER_KEY: ConfigRecord({"json": small[HEADER_KEY]["json"], "packed": "x"})})
+    with pytest.raises(MalformedReplyError, match="expected bytes"):
+        decode(bad)
+    with pytest.raises(MalformedReplyError, match="not a fedbandit message"):
+        decode(RecordDict({HEADER_KEY: ConfigRecord({"json": "[1, 2]", "packed": b""})}))
+
+
+def test_timing_and_run_ahead_instructions_ride_in_the_message_record():
+    from flwr.app import RecordDict
+
+    from fedbandit.flower.codec import (
+        get_ahead,
+        handler_seconds,
+        set_ahead,
+        set_handler_seconds,
+    )
+
+    content = encode(sample_message())
+    assert handler_seconds(content) is None and get_ahead(content) is None
+    set_handler_seconds(content, 0.25)
+    set_ahead(content, 256, 3)
+    assert list(content) == ["header"]
+    assert handler_seconds(content) == 0.25 and get_ahead(content) == (256, 3)
+    assert decode(content, np.array([3, 9]), 7).kind == "eliminate"
+    query = RecordDict({})  # a regret query: only the instructions
+    set_ahead(query, 1, 0)
+    assert get_ahead(query) == (1, 0)
+    set_ahead(query, 0, 0)
+    with pytest.raises(MalformedReplyError, match="budget"):
+        get_ahead(query)
+
+
 def test_sparse_fields_travel_compact_and_come_back_bit_for_bit():
     """A sparse field whose entries outside its mask are zero bits travels as its masked entries
     (an upload with nothing to send is a mask, not d x d zeros per client) and is rebuilt
@@ -218,8 +268,8 @@ def test_sparse_fields_travel_compact_and_come_back_bit_for_bit():
     assert back.fields["gram_delta"].tobytes() == gram.tobytes()
     quiet = Message("upload", 3, np.arange(4), {"gram_delta": np.zeros_like(gram),
                     "send": np.zeros_like(send)}, sparse={"gram_delta": "send"})  # fmt: skip
-    packed = encode(quiet).array_records["data"]["packed"].numpy()
-    assert packed.nbytes < 100  # ids and the mask, no zeros
+    packed = encode(quiet).config_records["header"]["packed"]
+    assert len(packed) < 100  # ids and the mask, no zeros
     negative = gram.copy()
     negative[1, 0, 0, 0] = -0.0
     whole = Message("upload", 3, np.arange(4), {"gram_delta": negative, "send": send},

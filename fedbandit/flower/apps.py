@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Context, Message, MetricRecord
+from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
@@ -38,8 +38,6 @@ from fedbandit.federation.run_ahead import Ahead, rewind, run_ahead
 from fedbandit.federation.runtime import FederationResult, run_federation
 from fedbandit.flower import pull_backoff
 from fedbandit.flower.codec import (
-    AHEAD_KEY,
-    TIMING_KEY,
     decode,
     decode_ahead,
     decode_state,
@@ -49,6 +47,8 @@ from fedbandit.flower.codec import (
     encode_regret,
     encode_state,
     encode_steps,
+    get_ahead,
+    set_handler_seconds,
 )
 from fedbandit.flower.deployment import ERROR_MARK, unreachable
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
@@ -279,38 +279,37 @@ def build_client_app(job: FlowerJob | None = None) -> ClientApp:
         started = time.perf_counter()
         request = decode(message.content)
         logic, store = _client_logic(_job(job, context), context, request.round)
-        control = message.content.config_records.get(AHEAD_KEY)
+        control = get_ahead(message.content)
         if control is not None:
-            _rewind(logic, context, control)
+            _rewind(logic, context, control[1])
         before = _copy(logic.state_dict()) if store is not None else {}
         if control is None:
             content = encode(logic.handle(request))
         else:
-            replies, ahead = run_ahead(logic, request, int(str(control["budget"])))
+            replies, ahead = run_ahead(logic, request, control[0])
             encode_ahead(ahead, context.state)
             content = encode_steps(replies)
         encode_state(logic.state_dict(), context.state)
         if store is not None:
             store.save(request.round, before, logic.state_dict())
-        content[TIMING_KEY] = MetricRecord({"handler-s": time.perf_counter() - started})
+        set_handler_seconds(content, time.perf_counter() - started)
         return Message(content, reply_to=message)
 
     @app.query("regret")
     def regret(message: Message, context: Context) -> Message:
         logic = _client_logic(_job(job, context), context)[0]
-        control = message.content.config_records.get(AHEAD_KEY)
+        control = get_ahead(message.content)
         if control is not None:
-            _rewind(logic, context, control)
+            _rewind(logic, context, control[1])
             encode_state(logic.state_dict(), context.state)
         return Message(encode_regret(logic.regret_record()), reply_to=message)
 
     return app
 
 
-def _rewind(logic: ClientLogic, context: Context, control: Any) -> None:
-    """Bring a group that ran ahead in its last delivery back to the exchanges the server used
-    (``control["consumed"]``; 0: nothing to do), from its run-ahead memory in ``context.state``."""
-    consumed = int(str(control["consumed"]))
+def _rewind(logic: ClientLogic, context: Context, consumed: int) -> None:
+    """Bring a group that ran ahead in its last delivery back to the ``consumed`` exchanges the
+    server used (0: nothing to do), from its run-ahead memory in ``context.state``."""
     if consumed == 0:
         return
     ahead = decode_ahead(context.state, logic.client_ids)

@@ -1,17 +1,24 @@
 """fedbandit's wire format over Flower records.
 
-- ``Message`` <-> Flower ``RecordDict`` (``encode``/``decode``): the arrays packed into one
-  ``ArrayRecord`` (raw bytes with their dtypes and shapes, never pickles), the header and layout
-  as JSON in a ``ConfigRecord``; a group's run-ahead replies the same way, one buffer for all
-  (``encode_steps``/``decode_steps``), and the run-ahead instructions of a delivered message
-  (``AHEAD_KEY``: step budget, exchanges used of the previous one). A field that is the same for
-  every client of a node (a broadcast view, leading stride 0) travels once per node and is
-  expanded on arrival.
+- ``Message`` <-> Flower ``RecordDict`` (``encode``/``decode``): one ``ConfigRecord``
+  (``HEADER_KEY``) holding the header and layout as JSON and the arrays packed into one buffer
+  (raw bytes with their dtypes and shapes, never pickles); a buffer above ``INLINE_BYTES`` travels
+  in an ``ArrayRecord`` instead (Flower splits it into chunks). A group's run-ahead replies the
+  same way, one buffer for all (``encode_steps``/``decode_steps``). The same record carries the
+  run-ahead instructions of a delivered message (``set_ahead``/``get_ahead``: step budget,
+  exchanges used of the previous one) and the ClientApp handler's seconds in a reply
+  (``set_handler_seconds``/``handler_seconds``; a measurement, not counted). A field that is the
+  same for every client of a node (a broadcast view, leading stride 0) travels once per node and
+  is expanded on arrival.
 - A node's ``hello`` reply, its client ids (``encode_hello``/``decode_hello``).
 - A client group's ``RegretRecord`` (``encode_regret``/``decode_regret``, checked against the
   node's clients).
 - A client group's state in the ClientApp's ``context.state`` (``encode_state``/``decode_state``).
-- The ClientApp handler's seconds in a reply (``TIMING_KEY``; a measurement, not counted).
+
+Flower 1.42 stores and moves every object of a message (the message, its ``RecordDict``, each
+record, array and array chunk) in its own request to the SuperLink, and a SQLite SuperLink writes
+on every request. A message as one ``ConfigRecord`` is 3 objects (message, record dict, record)
+where header + ``ArrayRecord`` + timing was 7: fewer requests per round on every link.
 
 Every decoder rejects what it cannot trust with ``MalformedReplyError``."""
 
@@ -38,11 +45,15 @@ ALLOWED_KINDS = "biuf"
 #: Keys in ``context.state`` (one namespace for every record type of a ``RecordDict``).
 STATE_KEY = "fedbandit.state"
 SCALARS_KEY = "fedbandit.scalars"
-#: Key of the reply record with the ClientApp handler's seconds (a measurement, not counted).
-TIMING_KEY = "timing"
-#: Key of a delivered message's run-ahead instructions: ``budget`` (exchanges the group may run)
-#: and ``consumed`` (exchanges used of its previous delivery; 0: nothing to rewind).
-AHEAD_KEY = "fedbandit.ahead"
+#: Key of a message's one ``ConfigRecord``: ``json`` (header and layout), ``packed`` (the arrays'
+#: bytes, when inline), ``handler-s`` (a reply's ClientApp seconds), ``ahead-budget`` and
+#: ``ahead-consumed`` (a delivered message's run-ahead instructions).
+HEADER_KEY = "header"
+#: Key of the ``ArrayRecord`` holding a packed buffer above ``INLINE_BYTES``.
+DATA_KEY = "data"
+#: Largest packed buffer sent inside the ``ConfigRecord``; a larger one goes in an ``ArrayRecord``,
+#: which Flower splits into chunks of 5 MiB (``FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE``).
+INLINE_BYTES = 4 * 1024 * 1024
 #: Keys in ``context.state`` of a group's run-ahead memory (``fedbandit.federation.run_ahead``).
 AHEAD_STATE_KEY = "fedbandit.ahead.base"
 AHEAD_SCALARS_KEY = "fedbandit.ahead.scalars"
@@ -130,14 +141,30 @@ def _masked_entries(message: Message, name: str, value: np.ndarray) -> np.ndarra
     return np.ascontiguousarray(value[mask])
 
 
-def _records(arrays: dict[str, np.ndarray], header: dict[str, Any]) -> RecordDict:
+def _records(
+    arrays: dict[str, np.ndarray], header: dict[str, Any], inline_bytes: int = INLINE_BYTES
+) -> RecordDict:
     buffer, layout = pack(arrays)
-    return RecordDict(
-        {
-            "header": ConfigRecord({"json": json.dumps({**header, "layout": layout})}),
-            "data": ArrayRecord({"packed": Array(buffer)}),
-        }
-    )
+    record = ConfigRecord({"json": json.dumps({**header, "layout": layout})})
+    if buffer.nbytes <= inline_bytes:
+        record["packed"] = buffer.tobytes()
+        return RecordDict({HEADER_KEY: record})
+    return RecordDict({HEADER_KEY: record, DATA_KEY: ArrayRecord({"packed": Array(buffer)})})
+
+
+def _header_and_buffer(record: RecordDict) -> tuple[dict[str, Any], np.ndarray]:
+    """The JSON header and the packed buffer of ``_records`` (KeyError, ValueError, TypeError
+    for what is not one)."""
+    config = record.config_records[HEADER_KEY]
+    header = json.loads(str(config["json"]))
+    if not isinstance(header, dict):
+        raise TypeError("the header is not a JSON object")
+    if "packed" in config:
+        packed = config["packed"]
+        if not isinstance(packed, bytes):
+            raise TypeError(f"packed arrays of type {type(packed).__name__}, expected bytes")
+        return header, np.frombuffer(packed, dtype=np.uint8)
+    return header, record.array_records[DATA_KEY]["packed"].numpy()
 
 
 def encode(message: Message) -> RecordDict:
@@ -163,8 +190,8 @@ def decode_steps(
     """The replies of ``encode_steps``: at least one and at most ``max_steps``, for exchanges
     ``first_round``, ``first_round + 1``, ... in order, each checked as ``decode`` checks one."""
     try:
-        header = json.loads(str(record.config_records["header"]["json"]))
-        arrays = unpack(record.array_records["data"]["packed"].numpy(), header["layout"])
+        header, buffer = _header_and_buffer(record)
+        arrays = unpack(buffer, header["layout"])
         steps = list(header["steps"])
     except (KeyError, ValueError, TypeError) as err:
         raise MalformedReplyError(f"not a fedbandit run-ahead reply: {err}") from None
@@ -204,8 +231,8 @@ def decode(
 ) -> Message:
     """Rebuild a ``Message``; with expectations, reject what does not match."""
     try:
-        header = json.loads(str(record.config_records["header"]["json"]))
-        arrays = unpack(record.array_records["data"]["packed"].numpy(), header["layout"])
+        header, buffer = _header_and_buffer(record)
+        arrays = unpack(buffer, header["layout"])
     except (KeyError, ValueError, TypeError) as err:
         raise MalformedReplyError(f"not a fedbandit message: {err}") from None
     return _message(arrays, header, expected_ids, expected_round, expected_kinds)
@@ -264,6 +291,47 @@ def _message(
         )
     except (KeyError, ValueError) as err:
         raise MalformedReplyError(str(err)) from None
+
+
+def _header_record(content: RecordDict) -> ConfigRecord:
+    """``content``'s ``HEADER_KEY`` record, added empty when it has none (a query's content)."""
+    if HEADER_KEY not in content.config_records:
+        content[HEADER_KEY] = ConfigRecord()
+    return content.config_records[HEADER_KEY]
+
+
+def set_handler_seconds(content: RecordDict, seconds: float) -> None:
+    """Record the ClientApp handler's seconds in a reply (a measurement, not counted)."""
+    _header_record(content)["handler-s"] = float(seconds)
+
+
+def handler_seconds(content: RecordDict) -> float | None:
+    """The ClientApp handler's seconds of a reply, or None when it carries none."""
+    config = content.config_records.get(HEADER_KEY)
+    value = None if config is None else config.get("handler-s")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def set_ahead(content: RecordDict, budget: int, consumed: int) -> None:
+    """A delivered message's run-ahead instructions: ``budget`` (exchanges the group may run)
+    and ``consumed`` (exchanges used of its previous delivery; 0: nothing to rewind)."""
+    record = _header_record(content)
+    record["ahead-budget"] = int(budget)
+    record["ahead-consumed"] = int(consumed)
+
+
+def get_ahead(content: RecordDict) -> tuple[int, int] | None:
+    """``(budget, consumed)`` of ``set_ahead``, or None for a message without run-ahead."""
+    config = content.config_records.get(HEADER_KEY)
+    if config is None or "ahead-budget" not in config:
+        return None
+    budget, consumed = config["ahead-budget"], config.get("ahead-consumed")
+    if not isinstance(budget, int) or not isinstance(consumed, int) or budget < 1 or consumed < 0:
+        raise MalformedReplyError(
+            f"run-ahead instructions budget={budget!r}, consumed={consumed!r}: expected a "
+            "budget >= 1 and consumed >= 0"
+        )
+    return budget, consumed
 
 
 def encode_hello(client_ids: np.ndarray) -> RecordDict:

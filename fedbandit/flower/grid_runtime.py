@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedbandit.environment import RegretRecord
@@ -18,14 +18,14 @@ from fedbandit.federation import Message as BanditMessage
 from fedbandit.federation.run_ahead import ReplyBuffer, empty_round
 from fedbandit.federation.runtime import ClientFailure, Runtime, describe_clients
 from fedbandit.flower.codec import (
-    AHEAD_KEY,
-    TIMING_KEY,
     MalformedReplyError,
     decode,
     decode_hello,
     decode_regret,
     decode_steps,
     encode,
+    handler_seconds,
+    set_ahead,
 )
 
 if TYPE_CHECKING:
@@ -215,14 +215,13 @@ class FlowerGridRuntime(Runtime):
         """A delivered message's records: the message, and with run-ahead its instructions."""
         content = encode(part)
         if self.steps_per_round > 1:
-            content[AHEAD_KEY] = self._ahead_record(node, budget)
+            self._set_ahead(content, node, budget)
         return content
 
-    def _ahead_record(self, node: int, budget: int) -> ConfigRecord:
+    def _set_ahead(self, content: RecordDict, node: int, budget: int) -> None:
         """Run-ahead instructions: ``budget``, and how many exchanges of its last delivery the
         node must keep (0 when it took no part in the last delivery: nothing to rewind)."""
-        consumed = self.buffer.consumed if node in self._delivered_to else 0
-        return ConfigRecord({"budget": budget, "consumed": consumed})
+        set_ahead(content, budget, self.buffer.consumed if node in self._delivered_to else 0)
 
     def _decode(self, reply: Message, sent: BanditMessage, budget: int) -> list[BanditMessage]:
         """A node's replies to ``sent`` (one per exchange it ran), checked; MalformedReplyError."""
@@ -267,9 +266,7 @@ class FlowerGridRuntime(Runtime):
         started = time.perf_counter()
         replies, errors, silent = self._send(out)
         handler = [
-            _seconds(r.content.metric_records[TIMING_KEY]["handler-s"])
-            for r in replies.values()
-            if TIMING_KEY in r.content.metric_records
+            seconds for r in replies.values() if (seconds := handler_seconds(r.content)) is not None
         ]
         self.timings.append(
             {
@@ -361,7 +358,7 @@ class FlowerGridRuntime(Runtime):
                 continue
             content = RecordDict({})
             if self.steps_per_round > 1:  # a node that ran ahead rewinds first
-                content[AHEAD_KEY] = self._ahead_record(node, 1)
+                self._set_ahead(content, node, 1)
             messages.append(Message(content, dst_node_id=node, message_type="query.regret"))
         replies, failures, silent = self._send(messages)
         failures.update({node: f"no reply within {self.timeout:g} s" for node in silent})
@@ -495,8 +492,3 @@ def _unserved(
         + f"); start a SuperNode with --clients {describe_clients(missing).split(',')[0]} "
         "(one per missing range), or wait longer with --start-deadline"
     )
-
-
-def _seconds(value: object) -> float:
-    """A timing metric as seconds (NaN when a node sent something else: it is only measured)."""
-    return float(value) if isinstance(value, (int, float)) else float("nan")
