@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fedbandit.config import available_experiments, load_experiment
 from fedbandit.errors import ConfigError, FedbanditError, RunStoppedError
-from fedbandit.threads import kernel_threads, single_threaded_blas, small_page_arrays
+from fedbandit.threads import kernel_threads, process_defaults
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -507,8 +507,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    single_threaded_blas()
-    small_page_arrays()
+    process_defaults()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
     try:

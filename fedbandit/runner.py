@@ -40,12 +40,7 @@ from fedbandit.results import (
 from fedbandit.runspec import RunSpec, RuntimeOptions
 from fedbandit.runtimes import RUNTIMES, RuntimeEntry
 from fedbandit.simulation import SeedResult, build_server
-from fedbandit.threads import (
-    available_cpus,
-    set_kernel_threads,
-    single_threaded_blas,
-    small_page_arrays,
-)
+from fedbandit.threads import available_cpus, process_defaults, set_kernel_threads
 
 RESULTS_ROOT = Path("results")
 
@@ -61,8 +56,7 @@ def config_dict(config: ExperimentConfig) -> dict[str, Any]:
 
 def run_task(spec: RunSpec, run_dir: str) -> float:
     """Run one (algorithm, seed) on its runtime and write its files; returns its seconds."""
-    single_threaded_blas()
-    small_page_arrays()
+    process_defaults()
     return RUNTIMES[spec.options.runtime].run_seed(spec, Path(run_dir))
 
 

@@ -35,10 +35,9 @@ def local_seed_files(spec: RunSpec) -> dict[str, str]:
     from fedbandit.instances import build_instance
     from fedbandit.runner import seed_files
     from fedbandit.simulation import simulate
-    from fedbandit.threads import single_threaded_blas, small_page_arrays
+    from fedbandit.threads import process_defaults
 
-    single_threaded_blas()
-    small_page_arrays()
+    process_defaults()
     config = spec.experiment
     result = simulate(
         build_instance(config.instance),

@@ -51,6 +51,13 @@ def small_page_arrays() -> None:
     core.multiarray._set_madvise_hugepage(False)
 
 
+def process_defaults() -> None:
+    """What the command line and each process it runs work in: single-threaded BLAS and no
+    transparent-huge-page advice for NumPy's arrays (both described above)."""
+    single_threaded_blas()
+    small_page_arrays()
+
+
 def available_cpus() -> int:
     """CPUs this process may run on (its affinity mask where the system has one)."""
     if hasattr(os, "sched_getaffinity"):

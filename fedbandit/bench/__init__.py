@@ -21,9 +21,8 @@ import numpy as np
 
 _SCALE_CHILD = """
 import json, resource, sys, time
-from fedbandit.threads import single_threaded_blas, small_page_arrays
-single_threaded_blas()
-small_page_arrays()
+from fedbandit.threads import process_defaults
+process_defaults()
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
 from fedbandit.simulation import simulate
 M, T, K, d = (int(v) for v in sys.argv[1:5])
