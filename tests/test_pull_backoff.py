@@ -63,3 +63,26 @@ def test_flowers_own_modules_have_the_function_it_replaces():
 
     for name in (pull_backoff.SUPERNODE_MODULE, pull_backoff.SERVERAPP_MODULE):
         assert callable(importlib.import_module(name).pull_objects), name
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        (pull_backoff.ENV, "fast", "FEDBANDIT_PULL_BACKOFF must be FIRST,CAP seconds"),
+        ("FEDBANDIT_SUPERNODE_POLL", "soon", "FEDBANDIT_SUPERNODE_POLL must be seconds in"),
+        ("FEDBANDIT_SUPERNODE_POLL", "5", "FEDBANDIT_SUPERNODE_POLL must be seconds in"),
+    ],
+)
+def test_supernode_refuses_a_wrong_setting_in_one_line_before_starting_anything(
+    monkeypatch, capsys, name, value, message
+):
+    from fedbandit.flower import supernode_main
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was started before the settings were checked")
+
+    monkeypatch.setattr(supernode_main.subprocess, "Popen", no_process)
+    monkeypatch.setenv(name, value)
+    code = supernode_main.main(["--warm-executor", "--insecure", "--superlink", "127.0.0.1:1"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"fedbandit: {message}"), lines

@@ -333,8 +333,9 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
         started = time.perf_counter()
         if deployed and (address := runtime_api_address(sys.argv)) is not None:
             exit_when_unreachable(address)
-            pull_backoff.install(pull_backoff.SERVERAPP_MODULE)  # replies' objects: short waits
         try:
+            if deployed:  # the replies' objects: short waits
+                pull_backoff.install(pull_backoff.SERVERAPP_MODULE)
             run(_job(job, context), grid)
             if deployed:
                 _write_result(_job(job, context), context, time.perf_counter() - started)

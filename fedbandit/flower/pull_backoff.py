@@ -22,6 +22,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from fedbandit.errors import ConfigError, DeploymentError
+
 ENV = "FEDBANDIT_PULL_BACKOFF"
 #: First wait and longest wait (s) before asking again for an object not uploaded yet.
 DEFAULT_BACKOFF = (0.02, 0.2)
@@ -29,6 +31,10 @@ FLOWER_SERIES = "1.42."
 #: The modules whose ``pull_objects`` calls wait for objects: SuperNode and ServerApp.
 SUPERNODE_MODULE = "flwr.supernode.start_client_internal"
 SERVERAPP_MODULE = "flwr.superlink.grid.http_grid"
+
+
+class UnsupportedFlowerError(DeploymentError, RuntimeError):
+    """The installed Flower is not the series whose internal this module replaces."""
 
 
 def backoff_from_env(text: str | None) -> tuple[float, float] | None:
@@ -40,15 +46,16 @@ def backoff_from_env(text: str | None) -> tuple[float, float] | None:
     try:
         first, cap = (float(part) for part in text.split(","))
     except ValueError:
-        raise ValueError(f"{ENV} must be FIRST,CAP seconds or 'flower', got {text!r}") from None
+        raise ConfigError(f"{ENV} must be FIRST,CAP seconds or 'flower', got {text!r}") from None
     if not 0 < first <= cap <= 10:
-        raise ValueError(f"{ENV}: need 0 < FIRST <= CAP <= 10, got {text!r}")
+        raise ConfigError(f"{ENV}: need 0 < FIRST <= CAP <= 10, got {text!r}")
     return first, cap
 
 
 def install(module_name: str, backoff: tuple[float, float] | None = None) -> bool:
     """Make ``module_name``'s ``pull_objects`` wait ``backoff`` (default: from ``ENV``); False
-    when ``ENV`` says to keep Flower's waits. Raises ``RuntimeError`` on another Flower."""
+    when ``ENV`` says to keep Flower's waits. Raises ``ConfigError`` for a wrong ``ENV`` and
+    ``UnsupportedFlowerError`` on another Flower."""
     if backoff is None:
         backoff = backoff_from_env(os.environ.get(ENV))
         if backoff is None:
@@ -57,7 +64,7 @@ def install(module_name: str, backoff: tuple[float, float] | None = None) -> boo
     module = importlib.import_module(module_name)
     original: Callable[..., Any] | None = getattr(module, "pull_objects", None)
     if not version.startswith(FLOWER_SERIES) or original is None:
-        raise RuntimeError(
+        raise UnsupportedFlowerError(
             f"fedbandit shortens the object-pull waits of Flower {FLOWER_SERIES}x, but flwr "
             f"{version} is installed ({module_name}); set {ENV}=flower or pin flwr"
         )

@@ -49,6 +49,19 @@ def capped_time(poll_seconds: float, local_seconds: float = LOCAL_WAIT_SECONDS) 
     return SimpleNamespace(**names)
 
 
+def poll_seconds_from_env() -> float:
+    """``FEDBANDIT_SUPERNODE_POLL`` (default ``DEFAULT_POLL_SECONDS``); ValueError unless it is
+    seconds in [0.01, 3]."""
+    text = os.environ.get("FEDBANDIT_SUPERNODE_POLL", str(DEFAULT_POLL_SECONDS))
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0.01 <= seconds <= 3.0:
+        raise ValueError(f"FEDBANDIT_SUPERNODE_POLL must be seconds in [0.01, 3], got {text!r}")
+    return seconds
+
+
 def install_poll_interval(poll_seconds: float) -> None:
     """Cap the sleeps of Flower's SuperNode loop (fails loudly if Flower changed that module)."""
     if not 0.01 <= poll_seconds <= 3.0:
@@ -102,6 +115,12 @@ def stop_process(process: subprocess.Popen, seconds: float = 5.0) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     flower_args = list(sys.argv[1:] if argv is None else argv)
+    try:  # the settings first: a wrong one is one line, before any process starts
+        poll_seconds = poll_seconds_from_env()
+        backoff = pull_backoff.backoff_from_env(os.environ.get(pull_backoff.ENV))
+    except ValueError as err:
+        print(f"fedbandit: {err}", file=sys.stderr)
+        return 2
     executor = None
     if WARM_FLAG in flower_args:
         flower_args = [arg for arg in flower_args if arg != WARM_FLAG]
@@ -115,15 +134,17 @@ def main(argv: list[str] | None = None) -> int:
         # Started first: its imports overlap the SuperNode's; it waits for the runtime API.
         executor = subprocess.Popen(command, stdin=subprocess.DEVNULL)
     try:
-        install_poll_interval(
-            float(os.environ.get("FEDBANDIT_SUPERNODE_POLL", DEFAULT_POLL_SECONDS))
-        )
-        pull_backoff.install(pull_backoff.SUPERNODE_MODULE)
+        install_poll_interval(poll_seconds)
+        if backoff is not None:
+            pull_backoff.install(pull_backoff.SUPERNODE_MODULE, backoff)
         from flwr.supernode.cli import flower_supernode
 
         sys.argv = ["flower-supernode", *flower_args]
         flower_supernode()
         return 0
+    except pull_backoff.UnsupportedFlowerError as err:
+        print(f"fedbandit: {err}", file=sys.stderr)
+        return 2
     finally:
         if executor is not None:
             stop_process(executor)
