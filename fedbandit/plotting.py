@@ -167,52 +167,8 @@ def plot_communication_frame(
     return ax
 
 
-def plot_regret(
-    run_dir: Path, ax: Axes | None = None, log_x: bool = False, over_log_t: bool = False
-) -> Axes:
-    """The regret plot of a results folder (see ``plot_regret_curves``)."""
-    from fedbandit.api import load_results
-
-    results = load_results(run_dir)
-    return plot_regret_curves(
-        results.curves, ax=ax, log_x=log_x, over_log_t=over_log_t, title=results._title()
-    )
-
-
-def plot_run(run_dir: Path, log_x: bool | None = None) -> list[Path]:
-    """Write plots/regret.png and plots/communication.png (and plots/regret_over_log_t.png when
-    the experiment's ``[plot]`` asks) from the folder's files alone."""
-    from matplotlib.figure import Figure
-
-    from fedbandit.api import load_results
-
-    run_dir = Path(run_dir)
-    results = load_results(run_dir)
-    if log_x is None:
-        log_x = results.config.plot.log_x
-    out = run_dir / "plots"
-    out.mkdir(parents=True, exist_ok=True)
-    num_clients = int(results.manifest["instance"]["num_clients"])
-    paths = []
-    figure = Figure(figsize=(7, 4.5))
-    plot_regret_curves(results.curves, figure.gca(), log_x=log_x, title=results._title())
-    paths.append(_save(figure, out / "regret.png"))
-    figure = Figure(figsize=(11, 4.2))
-    for ax, direction in zip(figure.subplots(1, 2), ("uplink", "downlink"), strict=True):
-        plot_communication_frame(
-            results.communication, num_clients, ax, (direction,), results.config.algorithms
-        )
-    paths.append(_save(figure, out / "communication.png"))
-    if results.config.plot.regret_over_log_t:
-        figure = Figure(figsize=(7, 4.5))
-        plot_regret_curves(
-            results.curves, figure.gca(), log_x=True, over_log_t=True, title=results._title()
-        )
-        paths.append(_save(figure, out / "regret_over_log_t.png"))
-    return paths
-
-
-def _save(figure: Figure, path: Path) -> Path:
+def save_figure(figure: Figure, path: Path) -> Path:
+    """Draw ``figure`` into ``path`` (PNG) through a temporary file and a rename."""
     tmp = path.with_name(f".{path.stem}.tmp.png")
     figure.tight_layout()
     figure.savefig(tmp, dpi=120)
@@ -291,29 +247,3 @@ def _decades(ax: Axes, axis: str) -> float:
     )
     values = values[np.isfinite(values) & (values > 0)]
     return float(np.log10(values.max() / values.min())) if values.size else 0.0
-
-
-def plot_sweep(sweep_dir: Path) -> list[Path]:
-    """plots/regret_vs_KEY.png for every varied key and plots/regret_vs_communication.png, from
-    the sweep folder's files alone."""
-    from matplotlib.figure import Figure
-
-    from fedbandit.sweep import load_sweep
-
-    results = load_sweep(sweep_dir)
-    if results.table.empty:
-        from fedbandit.errors import ConfigError
-
-        raise ConfigError(f"{sweep_dir}: no run of the sweep has finished yet: nothing to plot")
-    out = Path(sweep_dir) / "plots"
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for key in results.keys:
-        figure = Figure(figsize=(7.5, 4.5))
-        plot_sweep_parameter(results.summary, key, figure.gca())
-        name = key.replace("/", "_")
-        paths.append(_save(figure, out / f"regret_vs_{name}.png"))
-    figure = Figure(figsize=(7.5, 4.5))
-    plot_sweep_tradeoff(results.summary, figure.gca())
-    paths.append(_save(figure, out / "regret_vs_communication.png"))
-    return paths

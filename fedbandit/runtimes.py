@@ -1,8 +1,8 @@
 """The registry of runtimes: how one seed of a ``RunSpec`` runs and where its files come from.
 
 ``local`` (in-process), ``flower-sim`` (Flower's simulation runtime on Ray) and ``flower`` (a
-Flower deployment). The command line's ``--runtime`` choices and ``RuntimeOptions`` validation
-come from here; each entry imports its machinery only when it runs, so listing them is cheap.
+Flower deployment), under the names of ``fedbandit.runspec.RUNTIME_NAMES``. Flower itself (half
+a second to import) is imported when a seed runs on one of its runtimes.
 """
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from fedbandit.runspec import RunSpec
+from fedbandit.flower.deployment import Submission, run_seed
+from fedbandit.flower.simulation import simulate_flower
+from fedbandit.registry import build_instance
+from fedbandit.results import seed_files, write_files, write_seed_result
+from fedbandit.runspec import RUNTIME_NAMES, RunSpec
+from fedbandit.simulation import simulate
+from fedbandit.threads import process_defaults
 
 
 @dataclass(frozen=True)
@@ -32,11 +36,6 @@ class RuntimeEntry:
 def local_seed_files(spec: RunSpec) -> dict[str, str]:
     """Run one seed in this process and return its result files as texts (``runner.seed_files``):
     what a worker that shares no file system with the driver (a Ray task) sends back."""
-    from fedbandit.instances import build_instance
-    from fedbandit.runner import seed_files
-    from fedbandit.simulation import simulate
-    from fedbandit.threads import process_defaults
-
     process_defaults()
     config = spec.experiment
     result = simulate(
@@ -51,16 +50,12 @@ def local_seed_files(spec: RunSpec) -> dict[str, str]:
 
 
 def _run_local(spec: RunSpec, run_dir: Path) -> float:
-    from fedbandit.runner import write_files
-
     started = time.perf_counter()
     write_files(run_dir, local_seed_files(spec))
     return time.perf_counter() - started
 
 
 def _run_flower_sim(spec: RunSpec, run_dir: Path) -> float:
-    from fedbandit.flower.simulation import simulate_flower
-    from fedbandit.runner import write_seed_result
 
     result = simulate_flower(spec)
     write_seed_result(spec.experiment, run_dir, spec.seed, result)
@@ -69,7 +64,6 @@ def _run_flower_sim(spec: RunSpec, run_dir: Path) -> float:
 
 def _run_flower(spec: RunSpec, run_dir: Path) -> float:
     """One Flower run on the deployment's SuperLink; its ServerApp writes the seed's files."""
-    from fedbandit.flower.deployment import Submission, run_seed
 
     options = spec.options
     assert options.superlink is not None  # RuntimeOptions checks it
@@ -85,19 +79,12 @@ def _run_flower(spec: RunSpec, run_dir: Path) -> float:
     return time.perf_counter() - started
 
 
-#: Every runtime by name; the command line's ``--runtime`` choices come from here.
+#: Every runtime of ``RUNTIME_NAMES``, by name.
 RUNTIMES: dict[str, RuntimeEntry] = {
     entry.name: entry
     for entry in (
-        RuntimeEntry("local", "in-process, seeds in parallel worker processes", _run_local, True),
-        RuntimeEntry(
-            "flower-sim",
-            "Flower's simulation runtime (Ray), virtual SuperNodes",
-            _run_flower_sim,
-            False,
-        ),
-        RuntimeEntry(
-            "flower", "a Flower deployment: SuperLink and SuperNodes on hosts", _run_flower, False
-        ),
+        RuntimeEntry("local", RUNTIME_NAMES["local"], _run_local, True),
+        RuntimeEntry("flower-sim", RUNTIME_NAMES["flower-sim"], _run_flower_sim, False),
+        RuntimeEntry("flower", RUNTIME_NAMES["flower"], _run_flower, False),
     )
 }

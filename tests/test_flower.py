@@ -89,7 +89,7 @@ def test_codec_rejects_non_finite_values_and_foreign_records():
 
 def test_contextual_protocol_gives_the_same_results_on_flower_sim():
     from fedbandit.flower.simulation import simulate_flower
-    from fedbandit.instances import build_instance
+    from fedbandit.registry import build_instance
 
     config = load_experiment("contextual_tiny", ["horizon=40", "seeds=1"])
     entropy = run_entropy(config.base_seed, 0)
@@ -171,7 +171,7 @@ def test_run_ahead_on_flower_sim_gives_the_per_step_results_in_few_rounds(algori
     records, communication records and totals equal the in-process per-step run's."""
     from fedbandit.flower.grid_runtime import FlowerGridRuntime
     from fedbandit.flower.simulation import simulate_flower
-    from fedbandit.instances import build_instance
+    from fedbandit.registry import build_instance
 
     config = load_experiment(
         "contextual_tiny",

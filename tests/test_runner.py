@@ -9,7 +9,7 @@ import pytest
 import fedbandit.runner as runner
 from fedbandit.cli import main
 from fedbandit.config import ConfigError, load_experiment
-from fedbandit.plotting import plot_regret, plot_run
+from fedbandit.results import plot_regret, plot_run
 
 SUMMARY_KEYS = {
     "final_regret_mean",

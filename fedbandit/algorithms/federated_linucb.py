@@ -48,12 +48,13 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import Field
 
-from fedbandit.algorithms.base import ProblemSpec
+from fedbandit.algorithms.base import AlgorithmSpec, ProblemSpec, environment_of
 from fedbandit.algorithms.linucb import POLICY_STATE, RidgeParams, RidgePolicy, model_groups
 from fedbandit.contextual.environment import ContextualEnvironment, total_interactions
 from fedbandit.federation.messages import Message, broadcast
@@ -538,3 +539,57 @@ class CentralLinUCBServer(FederatedRidgeServerBase):
         self.gram += gram_delta.sum(axis=0)
         self.target += target_delta.sum(axis=0)
         self.download[:] = True
+
+
+P = TypeVar("P", bound=RidgeParams)
+
+
+def federated_ridge_spec(
+    name: str,
+    description: str,
+    params: type[P],
+    server: Callable[[ProblemSpec, P], FederatedRidgeServerBase],
+    client: Callable[[ProblemSpec, P, ContextualEnvironment], FederatedRidgeClientBase],
+) -> AlgorithmSpec[Any]:
+    """The registry entry of a federated ridge protocol (server and client classes)."""
+    return AlgorithmSpec(
+        name=name,
+        description=description,
+        params=params,
+        make_server=lambda spec, p: server(spec, p),
+        make_client=lambda spec, p, env: client(
+            spec, p, environment_of(env, ContextualEnvironment)
+        ),
+        contextual=True,
+    )
+
+
+#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+DISLINUCB = federated_ridge_spec(
+    "dislinucb",
+    "DisLinUCB: log-det sync trigger (Wang et al. 2020)",
+    DisLinUCBParams,
+    DisLinUCBServer,
+    DisLinUCBClient,
+)
+ASYNC_LINUCB = federated_ridge_spec(
+    "async_linucb",
+    "Async-LinUCB: upload and push ratios (Li & Wang 2022)",
+    AsyncParams,
+    AsyncLinUCBServer,
+    AsyncLinUCBClient,
+)
+FEDLINUCB = federated_ridge_spec(
+    "fedlinucb",
+    "FedLinUCB: determinant-ratio sync (He et al. 2022)",
+    FedLinUCBParams,
+    FedLinUCBServer,
+    FedLinUCBClient,
+)
+CENTRAL_LINUCB = federated_ridge_spec(
+    "central_linucb",
+    "Centralised LinUCB: every sample shared every round",
+    CentralParams,
+    CentralLinUCBServer,
+    CentralLinUCBClient,
+)

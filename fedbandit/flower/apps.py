@@ -19,7 +19,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from functools import lru_cache
 from logging import ERROR
 from pathlib import Path
@@ -28,15 +27,14 @@ from typing import Any
 import numpy as np
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from fedbandit.config import ExperimentConfig
+from fedbandit.config import validate_experiment
 from fedbandit.errors import FedbanditError
 from fedbandit.federation.protocol import ClientLogic
 from fedbandit.federation.run_ahead import Ahead, rewind, run_ahead
-from fedbandit.federation.runtime import FederationResult, run_federation
-from fedbandit.flower import pull_backoff
+from fedbandit.federation.runtime import run_federation
 from fedbandit.flower.codec import (
     decode,
     decode_ahead,
@@ -52,114 +50,35 @@ from fedbandit.flower.codec import (
 )
 from fedbandit.flower.deployment import ERROR_MARK, unreachable
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
+from fedbandit.flower.internals import pull_backoff
+from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
 from fedbandit.instances import Instance
-from fedbandit.runspec import RunSpec
+from fedbandit.registry import build_instance
+from fedbandit.results import atomic_write_csv, seed_stem, write_seed_result
+from fedbandit.simulation import SeedResult, build_federation, build_server
 
 __all__ = [
     "FlowerGridRuntime",  # re-exported from fedbandit.flower.grid_runtime
-    "FlowerJob",
+    "FlowerJob",  # re-exported from fedbandit.flower.job
     "NodeStore",
     "build_client_app",
     "build_server_app",
     "discover_nodes",  # re-exported from fedbandit.flower.grid_runtime
-    "job_from_json",
-    "job_to_json",
+    "job_from_json",  # re-exported from fedbandit.flower.job
+    "job_to_json",  # re-exported from fedbandit.flower.job
     "node_clients",
     "write_latency",
 ]
 
 
-@dataclass(frozen=True)
-class FlowerJob:
-    """What the ServerApp and every node share: the run's ``RunSpec`` (experiment, algorithm,
-    seed, runtime options), the number of nodes and the server's poll interval. In a deployment
-    it travels as JSON in the run config (key ``job``) and each node validates it again, with the
-    algorithms and instance kinds registered where it runs (plugins included)."""
-
-    spec: RunSpec
-    num_nodes: int
-    poll_seconds: float = 0.01
-    results: list[FederationResult] = field(default_factory=list, compare=False)
-    #: Per-exchange latency of the last run (see ``FlowerGridRuntime.timings``).
-    timings: list[dict[str, Any]] = field(default_factory=list, compare=False)
-
-    @property
-    def config(self) -> ExperimentConfig:
-        return self.spec.experiment
-
-    @property
-    def algorithm(self) -> str:
-        return self.spec.algorithm
-
-    @property
-    def entropy(self) -> list[int]:
-        return self.spec.entropy
-
-    @property
-    def round_timeout(self) -> float:
-        return self.spec.options.round_timeout
-
-    @property
-    def start_deadline(self) -> float:
-        return self.spec.options.start_deadline
-
-    @property
-    def reconnect_seconds(self) -> float:
-        return self.spec.options.reconnect_timeout
-
-    @property
-    def on_client_failure(self) -> str:
-        return self.spec.options.on_client_failure
-
-
 @lru_cache(maxsize=4)
 def _instance(config_json: str) -> Instance:
-    from fedbandit.config import validate_experiment
-    from fedbandit.instances import build_instance
-
     return build_instance(validate_experiment(json.loads(config_json)).instance)
 
 
 def _instance_of(job: FlowerJob) -> Instance:
     """The job's instance, built once per process (a warm executor serves many messages)."""
     return _instance(job.config.model_dump_json())
-
-
-def job_to_json(job: FlowerJob) -> str:
-    """The job as the JSON text a deployment passes in the run config (key ``job``)."""
-    return json.dumps(
-        {
-            "spec": job.spec.model_dump(mode="json"),
-            "num_nodes": job.num_nodes,
-            "poll_seconds": job.poll_seconds,
-        },
-        sort_keys=True,
-    )
-
-
-@lru_cache(maxsize=4)
-def job_from_json(text: str) -> FlowerJob:
-    """The job of a run config; a job that does not validate here names the problem."""
-    from pydantic import ValidationError
-
-    from fedbandit.config import describe_validation
-
-    if not text:
-        raise ValueError(
-            "the run config has no 'job': submit runs with `fedbandit run --runtime flower`"
-        )
-    data = json.loads(text)
-    if unknown := set(data) - {"spec", "num_nodes", "poll_seconds"}:
-        raise ValueError(
-            f"unknown job keys {sorted(unknown)}; known: num_nodes, poll_seconds, spec"
-        )
-    try:
-        spec = RunSpec.model_validate(data.get("spec"))
-    except ValidationError as err:
-        raise ValueError(
-            f"the job does not validate on this host: {describe_validation(err)}"
-        ) from None
-    return FlowerJob(spec, int(data.get("num_nodes", 0)), float(data.get("poll_seconds", 0.01)))
 
 
 def _job(job: FlowerJob | None, context: Context) -> FlowerJob:
@@ -231,8 +150,6 @@ def _client_logic(
     """The node's client group with its state: from ``context.state`` when the SuperNode kept
     it, else from the node's store (a restarted SuperNode): the state before ``round_`` when
     that round was already handled, else the latest."""
-    from fedbandit.simulation import build_federation
-
     config = job.config
     instance = _instance_of(job)
     node = context.node_config
@@ -345,8 +262,6 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
             raise
 
     def run(job: FlowerJob, grid: Grid) -> None:
-        from fedbandit.simulation import build_server
-
         config = job.config
         instance = _instance_of(job)
         server = build_server(
@@ -411,9 +326,6 @@ def exit_when_unreachable(
 
 def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:
     """Write the finished seed into ``result-dir`` (on the SuperLink host), as a local run does."""
-    from fedbandit.runner import write_seed_result
-    from fedbandit.simulation import SeedResult
-
     result_dir = str(context.run_config.get("result-dir", ""))
     if not result_dir:
         raise ValueError("the run config has no 'result-dir': nowhere to write the results")
@@ -430,9 +342,7 @@ def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:
 def write_latency(run_dir: Path, algorithm: str, seed: int, timings: list[dict[str, Any]]) -> None:
     """``seed_K.latency.csv``: per exchange the server compute, Flower transport and client
     compute seconds (transport = exchange wall time minus the slowest node's handler)."""
-    import pandas as pd
-
-    from fedbandit.results import atomic_write_csv, seed_stem
+    import pandas as pd  # a fifth of a second to import: only where a latency table is written
 
     frame = pd.DataFrame(timings, columns=["round", "kind", "server_s", "exchange_s", "client_s"])
     frame["transport_s"] = frame["exchange_s"] - frame["client_s"]

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from fedbandit.environment import RegretRecord
 from fedbandit.federation.messages import Message
 from fedbandit.federation.run_ahead import Ahead
+from fedbandit.group_environment import RegretRecord
 
 
 class MalformedReplyError(ValueError):

@@ -12,7 +12,6 @@ import numpy as np
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedbandit.environment import RegretRecord
 from fedbandit.errors import DeploymentError
 from fedbandit.federation import Message as BanditMessage
 from fedbandit.federation.run_ahead import ReplyBuffer, empty_round
@@ -27,9 +26,10 @@ from fedbandit.flower.codec import (
     handler_seconds,
     set_ahead,
 )
+from fedbandit.group_environment import RegretRecord
 
 if TYPE_CHECKING:
-    from fedbandit.flower.apps import FlowerJob
+    from fedbandit.flower.job import FlowerJob
 
 __all__ = ["FlowerGridRuntime", "discover_nodes"]
 

@@ -8,21 +8,13 @@ import os
 import shutil
 import tempfile
 import time
-from typing import TYPE_CHECKING
 
 from fedbandit.errors import ConfigError
-
-if TYPE_CHECKING:
-    from fedbandit.runspec import RunSpec
-    from fedbandit.simulation import SeedResult
-
-#: Flower phones home and installs dependencies unless told not to; set before Flower is used.
-FLOWER_ENVIRONMENT = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-}
+from fedbandit.flower.deployment import FLOWER_ENVIRONMENT
+from fedbandit.flower.job import FlowerJob
+from fedbandit.registry import build_instance
+from fedbandit.runspec import RunSpec
+from fedbandit.simulation import SeedResult
 
 
 class _QuietFlower(logging.Filter):
@@ -42,11 +34,10 @@ def simulate_flower(spec: RunSpec) -> SeedResult:
     each hosting a contiguous range of clients."""
     for key, value in FLOWER_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    # Flower and Ray: imported here, after the environment that keeps them quiet is set.
     from flwr.simulation import run_simulation
 
-    from fedbandit.flower.apps import FlowerJob, build_client_app, build_server_app
-    from fedbandit.instances import build_instance
-    from fedbandit.simulation import SeedResult
+    from fedbandit.flower.apps import build_client_app, build_server_app
 
     num_clients = build_instance(spec.experiment.instance).num_clients
     nodes = spec.options.nodes or min(4, num_clients)
