@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -33,6 +34,7 @@ from fedbandit.flower.deployment import (
     superlink_command,
     supernode_command,
 )
+from fedbandit.flower.internals import simulation_poll
 from fedbandit.registry import algorithms, instance_kinds
 from fedbandit.runspec import EXECUTORS, RUNTIME_NAMES, RuntimeOptions
 from fedbandit.threads import kernel_threads, process_defaults
@@ -91,6 +93,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from fedbandit.results import read_json
     from fedbandit.runner import default_out_dir, summary_table
 
+    if args.runtime == "flower-sim":  # a wrong setting is one line before anything runs
+        simulation_poll.poll_from_env(os.environ.get(simulation_poll.ENV))
     overrides = list(args.set or [])
     if args.seeds is not None:
         overrides.append(f"seeds={args.seeds}")
@@ -153,7 +157,6 @@ def _exec_flower(
     command: list[str], state_dir: Path, print_only: bool, extra_env: dict[str, str] | None = None
 ) -> int:
     """Run a Flower command with fedbandit's safe environment (replacing this process)."""
-    import os
     import shlex
 
     env = {**flower_environment(state_dir), **(extra_env or {})}

@@ -347,21 +347,37 @@ def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: tqdm) -> str
     advancing ``bar``; on any exception or interrupt every worker is stopped at once.
 
     Inline, a seed aborted under ``on_client_failure = "abort"`` (lost clients) ends the whole
-    run: the tasks after it are not started, and the reason is returned (None: all ran)."""
+    run: the tasks after it are not started, and the reason is returned (None: all ran). A
+    runtime that runs a command's seeds in one go (``RuntimeEntry.run_seeds``: flower-sim, one
+    simulation for all of them) gets them all at once."""
+    if not tasks:
+        return None
     if workers == 1:
-        for spec, run_dir in tasks:
-            bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
-            run_task(spec, str(run_dir))
+        stopped: list[str] = []
+
+        def finished(spec: RunSpec, run_dir: Path) -> bool:
             bar.update()
             info = read_json(seed_stem(run_dir, spec.algorithm, spec.seed).with_suffix(".json"))
             if info.get("status") == "aborted":
-                failure = info.get("failure")
-                return (
-                    f"{spec.algorithm} seed {spec.seed} aborted ({failure}); the runs after it "
-                    "were not started (--on-client-failure abort): restart the lost node, or "
-                    "choose --on-client-failure drop, and rerun with the same --out"
+                stopped.append(
+                    f"{spec.algorithm} seed {spec.seed} aborted ({info.get('failure')}); the runs "
+                    "after it were not started (--on-client-failure abort): restart the lost "
+                    "node, or choose --on-client-failure drop, and rerun with the same --out"
                 )
-        return None
+                return False
+            return True
+
+        entry = RUNTIMES[tasks[0][0].options.runtime]
+        if entry.run_seeds is not None:
+            bar.set_postfix_str(f"{len(tasks)} runs in one {entry.name} run")
+            entry.run_seeds(tasks, finished)
+        else:
+            for spec, run_dir in tasks:
+                bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
+                run_task(spec, str(run_dir))
+                if not finished(spec, Path(run_dir)):
+                    break
+        return stopped[0] if stopped else None
     # The workers share the cores: each runs its compiled kernels on its share of them.
     share = (max(1, available_cpus() // workers),)
     with ProcessPoolExecutor(workers, initializer=set_kernel_threads, initargs=share) as pool:

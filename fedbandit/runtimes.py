@@ -13,24 +13,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedbandit.flower.deployment import Submission, run_seed
-from fedbandit.flower.simulation import simulate_flower
+from fedbandit.flower.simulation import simulate_flower, simulate_flower_seeds
 from fedbandit.registry import build_instance
 from fedbandit.results import seed_files, write_files, write_seed_result
 from fedbandit.runspec import RUNTIME_NAMES, RunSpec
-from fedbandit.simulation import simulate
+from fedbandit.simulation import SeedResult, simulate
 from fedbandit.threads import process_defaults
+
+#: Called after each seed of ``RuntimeEntry.run_seeds`` has left its files: go on?
+SeedFinished = Callable[[RunSpec, Path], bool]
 
 
 @dataclass(frozen=True)
 class RuntimeEntry:
     """A registered runtime: how one seed of a ``RunSpec`` runs and leaves its files in the run
     folder. ``parallel`` runtimes may run seeds in worker processes; the others (Flower's) do
-    their parallel work on nodes and run seeds one after another."""
+    their parallel work on nodes and run seeds one after another. ``run_seeds``, where given,
+    runs a command's seeds (spec, run folder) in one go (one start of its machinery), calling
+    ``finished`` after each seed's files are written and stopping when it returns False."""
 
     name: str
     description: str
     run_seed: Callable[[RunSpec, Path], float]
     parallel: bool
+    run_seeds: Callable[[list[tuple[RunSpec, Path]], SeedFinished], None] | None = None
 
 
 def local_seed_files(spec: RunSpec) -> dict[str, str]:
@@ -62,6 +68,19 @@ def _run_flower_sim(spec: RunSpec, run_dir: Path) -> float:
     return result.seconds
 
 
+def _run_flower_sim_seeds(tasks: list[tuple[RunSpec, Path]], finished: SeedFinished) -> None:
+    """Every task in one Flower simulation; each seed's files are written as it ends."""
+    folders = {spec.model_dump_json(): run_dir for spec, run_dir in tasks}
+
+    def on_seed(spec: RunSpec, result: SeedResult) -> bool:
+        run_dir = folders[spec.model_dump_json()]
+        write_seed_result(spec.experiment, run_dir, spec.seed, result)
+        return finished(spec, run_dir)
+
+    process_defaults()
+    simulate_flower_seeds([spec for spec, _ in tasks], on_seed)
+
+
 def _run_flower(spec: RunSpec, run_dir: Path) -> float:
     """One Flower run on the deployment's SuperLink; its ServerApp writes the seed's files."""
 
@@ -84,7 +103,13 @@ RUNTIMES: dict[str, RuntimeEntry] = {
     entry.name: entry
     for entry in (
         RuntimeEntry("local", RUNTIME_NAMES["local"], _run_local, True),
-        RuntimeEntry("flower-sim", RUNTIME_NAMES["flower-sim"], _run_flower_sim, False),
+        RuntimeEntry(
+            "flower-sim",
+            RUNTIME_NAMES["flower-sim"],
+            _run_flower_sim,
+            False,
+            _run_flower_sim_seeds,
+        ),
         RuntimeEntry("flower", RUNTIME_NAMES["flower"], _run_flower, False),
     )
 }

@@ -205,3 +205,38 @@ def test_plots_of_an_experiment_without_communication(tmp_path):
     config = load_experiment("contextual_tiny", ["seeds=1", "horizon=64", 'algorithms=["greedy"]'])
     out = runner.run_experiment(config, tmp_path / "silent", workers=1, progress=False)
     assert (out / "plots" / "communication.png").stat().st_size > 5_000
+
+
+def test_a_runtime_that_runs_seeds_together_stops_after_an_aborted_seed(tmp_path, monkeypatch):
+    """A runtime with ``run_seeds`` (flower-sim: one simulation for the command) gets every task
+    at once; after a seed aborted by lost clients the runner tells it to start no other."""
+    import dataclasses
+    import io
+
+    from tqdm import tqdm
+
+    from fedbandit.results import atomic_write_json, seed_stem
+    from fedbandit.runspec import RunSpec
+
+    started = []
+
+    def run_seeds(tasks, finished):
+        for spec, run_dir in tasks:
+            started.append(spec.seed)
+            status = "aborted" if spec.seed == 1 else "complete"
+            info = {"status": status, "failure": "node 7 lost" if status == "aborted" else None}
+            atomic_write_json(
+                seed_stem(run_dir, spec.algorithm, spec.seed).with_suffix(".json"), info
+            )
+            if not finished(spec, run_dir):
+                return
+
+    entry = runner.RUNTIMES["local"]
+    monkeypatch.setitem(runner.RUNTIMES, "local", dataclasses.replace(entry, run_seeds=run_seeds))
+    config = load_experiment("fedpe_tiny", ["seeds=4"])
+    tasks = [(RunSpec(experiment=config, algorithm="fedpe", seed=s), tmp_path) for s in range(4)]
+    with tqdm(total=4, file=io.StringIO()) as bar:
+        reason = runner.run_tasks(tasks, 1, bar)
+        assert bar.n == 2
+    assert started == [0, 1]
+    assert reason.startswith("fedpe seed 1 aborted (node 7 lost); the runs after it were not")

@@ -19,13 +19,14 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from logging import ERROR
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Context, Message
+from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
@@ -34,8 +35,9 @@ from fedbandit.config import validate_experiment
 from fedbandit.errors import FedbanditError
 from fedbandit.federation.protocol import ClientLogic
 from fedbandit.federation.run_ahead import Ahead, rewind, run_ahead
-from fedbandit.federation.runtime import run_federation
+from fedbandit.federation.runtime import FederationResult, run_federation
 from fedbandit.flower.codec import (
+    clear_group_state,
     decode,
     decode_ahead,
     decode_state,
@@ -81,9 +83,33 @@ def _instance_of(job: FlowerJob) -> Instance:
     return _instance(job.config.model_dump_json())
 
 
-def _job(job: FlowerJob | None, context: Context) -> FlowerJob:
-    """The job given to the app builder (simulation) or carried by the run config (deployment)."""
-    return job if job is not None else job_from_json(str(context.run_config.get("job", "")))
+#: What a simulation's ServerApp calls after each seed: (job, outcome, seconds) -> go on?
+SeedDone = Callable[[FlowerJob, FederationResult, float], bool]
+#: The ``context.state`` record that names the job whose client state the node holds.
+JOB_RECORD = "fedbandit-job"
+
+
+def _jobs(jobs: FlowerJob | Sequence[FlowerJob] | None) -> list[FlowerJob] | None:
+    return [jobs] if isinstance(jobs, FlowerJob) else None if jobs is None else list(jobs)
+
+
+def _job(jobs: list[FlowerJob] | None, message: Message, context: Context) -> FlowerJob:
+    """The job of ``message``: one of those given to the app builder (a simulation runs several,
+    one after another; the message's ``group_id`` is its index), or the one the run config
+    carries (a deployment runs one job per Flower run). A node that held another job's client
+    state forgets it first: every job starts from its own fresh client groups."""
+    key = message.metadata.group_id or "0"
+    if jobs is None:
+        job = job_from_json(str(context.run_config.get("job", "")))
+    else:
+        if not key.isdigit() or int(key) >= len(jobs):
+            raise ValueError(f"message of unknown job {key!r}: this app runs {len(jobs)} job(s)")
+        job = jobs[int(key)]
+    held = context.state.config_records.get(JOB_RECORD)
+    if held is None or held["id"] != key:
+        clear_group_state(context.state)
+        context.state.config_records[JOB_RECORD] = ConfigRecord({"id": key})
+    return job
 
 
 def node_clients(num_clients: int, partition: int, num_partitions: int) -> np.ndarray:
@@ -182,20 +208,22 @@ def _client_logic(
     return logic, store
 
 
-def build_client_app(job: FlowerJob | None = None) -> ClientApp:
-    """The ClientApp; without ``job`` (a deployment) each message reads it from the run config."""
+def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> ClientApp:
+    """The ClientApp of ``jobs`` (a simulation: each message names its job by ``group_id``);
+    without them (a deployment) each message reads its job from the run config."""
     app = ClientApp()
+    known = _jobs(jobs)
 
     @app.query("hello")
     def hello(message: Message, context: Context) -> Message:
-        logic, _ = _client_logic(_job(job, context), context)
+        logic, _ = _client_logic(_job(known, message, context), context)
         return Message(encode_hello(logic.client_ids), reply_to=message)
 
     @app.train("step")
     def step(message: Message, context: Context) -> Message:
         started = time.perf_counter()
         request = decode(message.content)
-        logic, store = _client_logic(_job(job, context), context, request.round)
+        logic, store = _client_logic(_job(known, message, context), context, request.round)
         control = get_ahead(message.content)
         if control is not None:
             _rewind(logic, context, control[1])
@@ -214,7 +242,7 @@ def build_client_app(job: FlowerJob | None = None) -> ClientApp:
 
     @app.query("regret")
     def regret(message: Message, context: Context) -> Message:
-        logic = _client_logic(_job(job, context), context)[0]
+        logic = _client_logic(_job(known, message, context), context)[0]
         control = get_ahead(message.content)
         if control is not None:
             _rewind(logic, context, control[1])
@@ -239,35 +267,55 @@ def _rewind(logic: ClientLogic, context: Context, consumed: int) -> None:
     encode_ahead(Ahead(None, ahead.first, min(consumed, ahead.ran)), context.state)
 
 
-def build_server_app(job: FlowerJob | None = None) -> ServerApp:
-    """The ServerApp; without ``job`` (a deployment) it reads the job from the run config and
-    writes the seed's result files to the run config's ``result-dir``."""
+def build_server_app(
+    jobs: FlowerJob | Sequence[FlowerJob] | None = None,
+    on_seed: SeedDone | None = None,
+    stop: threading.Event | None = None,
+) -> ServerApp:
+    """The ServerApp. With ``jobs`` (a simulation) it runs them one after another on the same
+    nodes, each with its own client groups (its messages carry its index as ``group_id``), and
+    hands each outcome to ``on_seed`` (also kept in ``job.results``); ``on_seed`` returning
+    False, or ``stop`` being set, ends the run before the next job. Without ``jobs`` (a
+    deployment) it reads its one job from the run config and writes the seed's result files to
+    the run config's ``result-dir``."""
     app = ServerApp()
+    known = _jobs(jobs)
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        deployed = job is None
+        if known is None:
+            deployed(grid, context)
+            return
+        for index, job in enumerate(known):
+            if stop is not None and stop.is_set():
+                return
+            started = time.perf_counter()
+            run(job, grid, str(index))
+            if on_seed is not None and not on_seed(
+                job, job.results[-1], time.perf_counter() - started
+            ):
+                return
+
+    def deployed(grid: Grid, context: Context) -> None:
         started = time.perf_counter()
-        if deployed and (address := runtime_api_address(sys.argv)) is not None:
+        if (address := runtime_api_address(sys.argv)) is not None:
             exit_when_unreachable(address)
         try:
-            if deployed:  # the replies' objects: short waits
-                pull_backoff.install(pull_backoff.SERVERAPP_MODULE)
-            run(_job(job, context), grid)
-            if deployed:
-                _write_result(_job(job, context), context, time.perf_counter() - started)
+            pull_backoff.install(pull_backoff.SERVERAPP_MODULE)  # the replies' objects: short waits
+            job = job_from_json(str(context.run_config.get("job", "")))
+            run(job, grid, "")
+            _write_result(job, context, time.perf_counter() - started)
         except FedbanditError as err:  # foreseen: the driver shows this line, not the traceback
-            if deployed:
-                log(ERROR, "%s%s", ERROR_MARK, err)
+            log(ERROR, "%s%s", ERROR_MARK, err)
             raise
 
-    def run(job: FlowerJob, grid: Grid) -> None:
+    def run(job: FlowerJob, grid: Grid, group: str) -> None:
         config = job.config
         instance = _instance_of(job)
         server = build_server(
             instance, job.algorithm, config.horizon, config.hyperparameters(job.algorithm)
         )
-        ranges = discover_nodes(grid, job, instance.num_clients)
+        ranges = discover_nodes(grid, job, instance.num_clients, group, stop)
         runtime = FlowerGridRuntime(
             grid,
             ranges,
@@ -275,6 +323,8 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
             job.poll_seconds,
             job.reconnect_seconds,
             job.spec.options.run_ahead_budget,
+            group,
+            stop,
         )
         job.results.append(run_federation(server, runtime, job.on_client_failure))
         job.timings[:] = runtime.timings

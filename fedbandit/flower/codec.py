@@ -427,6 +427,16 @@ def decode_state(
     }
 
 
+def clear_group_state(target: RecordDict) -> None:
+    """Remove a client group's state and run-ahead memory from ``target`` (``context.state``)."""
+    for key in (STATE_KEY, AHEAD_STATE_KEY):
+        if key in target.array_records:
+            del target.array_records[key]
+    for key in (SCALARS_KEY, AHEAD_SCALARS_KEY, AHEAD_INFO_KEY):
+        if key in target.config_records:
+            del target.config_records[key]
+
+
 def encode_ahead(ahead: Ahead, target: RecordDict) -> None:
     """A group's run-ahead memory into ``target`` (``context.state``): its state after the
     first exchange, that exchange's round and how many it ran. Only the round and the client ids

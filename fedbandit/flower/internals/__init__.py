@@ -5,7 +5,8 @@ public API (``flwr.app``, ``flwr.clientapp``, ``flwr.serverapp``, ``flwr.simulat
 
 - ``supernode_main``: ``flower-supernode`` with a short idle poll, optionally next to
 - ``warm_executor``: one long-lived process that runs every ClientApp task of a SuperNode;
-- ``pull_backoff``: short waits for a message's objects in the SuperNode and the ServerApp.
+- ``pull_backoff``: short waits for a message's objects in the SuperNode and the ServerApp;
+- ``simulation_poll``: a short poll for new messages in the simulation runtime (flower-sim).
 
 Each is written against one Flower series and refuses any other through ``require_flower``.
 """
