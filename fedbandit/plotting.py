@@ -63,6 +63,8 @@ def plot_regret_curves(
                 ax.plot(t, row, color=line.get_color(), linewidth=0.5, alpha=0.5)
     if log_x and _positive_span(ax, "x"):
         ax.set_xscale("log")
+    else:
+        compact_ticks(ax)
     ax.set_xlabel("t (pulls per client)" + (", log scale" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel("R(t)/M / log t" if over_log_t else "cumulative regret per client, R(t)/M")
     if title is not None:
@@ -77,6 +79,25 @@ def plot_regret_curves(
     else:
         _nothing(ax, "no finished seed to plot" if curves.empty else "no t >= 2 to plot")
     return ax
+
+
+def compact_label(value: float, _position: object = None) -> str:
+    """A tick label that stays short: 800 -> "800", 2500 -> "2.5k", 120000 -> "120k",
+    2500000 -> "2.5M" (four significant digits at most)."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
+def compact_ticks(ax: Axes, axis: str = "x") -> None:
+    """At most six ticks on a linear ``axis``, labelled ``compact_label``: labels of horizons
+    such as 2^17 no longer run into each other ("100000120000")."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+    target.set_major_formatter(FuncFormatter(compact_label))
 
 
 def _band_note(curves: pd.DataFrame) -> str:

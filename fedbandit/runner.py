@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TextIO
 
 import tomli_w
 from tqdm import tqdm
@@ -56,6 +56,73 @@ from fedbandit.sweep import (
 from fedbandit.threads import available_cpus, process_defaults, set_kernel_threads
 
 RESULTS_ROOT = Path("results")
+
+
+#: Seconds between progress lines when standard error is not a terminal (a log file).
+PLAIN_PROGRESS_SECONDS = 30.0
+
+
+class Progress(Protocol):
+    """What the runner asks of a progress display (tqdm's names)."""
+
+    n: int
+
+    def update(self, n: int = 1) -> object: ...
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> object: ...
+
+    def close(self) -> object: ...
+
+
+class PlainProgress:
+    """Progress for a log file or a pipe: a plain line "NAME: K/N runs done, S s" at most every
+    ``every`` seconds and one when closed, instead of a terminal's carriage-return updates."""
+
+    def __init__(
+        self,
+        total: int,
+        desc: str,
+        every: float = PLAIN_PROGRESS_SECONDS,
+        file: TextIO | None = None,
+    ) -> None:
+        self.total, self.desc, self.every = total, desc, every
+        self.file = file if file is not None else sys.stderr
+        self.n = 0
+        self.postfix = ""
+        self._started = self._shown_at = time.monotonic()
+        self._shown = 0
+
+    def _line(self) -> None:
+        elapsed = time.monotonic() - self._started
+        last = f" (last: {self.postfix})" if self.postfix else ""
+        print(
+            f"{self.desc}: {self.n}/{self.total} runs done, {elapsed:.0f} s{last}",
+            file=self.file,
+            flush=True,
+        )
+        self._shown, self._shown_at = self.n, time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if time.monotonic() - self._shown_at >= self.every:
+            self._line()
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        self.postfix = s
+
+    def close(self) -> None:
+        if self.n != self._shown or self.n == 0:
+            self._line()
+
+
+def progress_bar(total: int, desc: str, enabled: bool) -> Progress:
+    """tqdm's bar on a terminal; plain lines every ``PLAIN_PROGRESS_SECONDS`` otherwise (a log
+    file would fill with carriage-return updates); nothing when not ``enabled``."""
+    if not enabled:
+        return tqdm(total=total, disable=True)
+    if sys.stderr.isatty():
+        return tqdm(total=total, desc=desc, unit="run")
+    return PlainProgress(total, desc)
 
 
 def default_out_dir(config: ExperimentConfig) -> Path:
@@ -278,7 +345,7 @@ def run_experiment(
         what = f"resuming {run_dir}: {done} of {len(every)} runs already done"
         print(f"fedbandit: {what if resumed else f'results folder {run_dir}'}", file=sys.stderr)
         _say_rough_time(config, instance, tasks, workers)
-    bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
+    bar = progress_bar(len(tasks), config.name, progress)
     failed: DeploymentError | None = None
     try:
         reason = run_tasks([(spec, run_dir) for spec in tasks], workers, bar)
@@ -342,7 +409,7 @@ def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str,
     manifest["dropped_clients"] = dropped
 
 
-def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: tqdm) -> str | None:
+def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: Progress) -> str | None:
     """Run (spec, run folder) tasks inline or in one pool of long-lived worker processes,
     advancing ``bar``; on any exception or interrupt every worker is stopped at once.
 
@@ -476,7 +543,7 @@ def run_sweep(
             else f"{total} runs"
         )
         print(f"fedbandit: sweep {out_dir}: {len(points)} points, {state}", file=sys.stderr)
-    bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
+    bar = progress_bar(len(tasks), config.name, progress)
     started = time.perf_counter()
     try:
         if executor == "ray":
@@ -542,7 +609,7 @@ def _sweep_manifest(
 
 
 def _run_on_ray(
-    tasks: list[tuple[RunSpec, Path]], address: str | None, workers: int, bar: Any
+    tasks: list[tuple[RunSpec, Path]], address: str | None, workers: int, bar: Progress
 ) -> None:
     """Every task on a Ray cluster; each returns its files' texts and the driver writes them."""
     folders = {spec.model_dump_json(): run_dir for spec, run_dir in tasks}

@@ -253,9 +253,17 @@ def is_sweep(folder: Path) -> bool:
     return (Path(folder) / "sweep.json").is_file()
 
 
+def varying_keys(summary: pd.DataFrame, keys: Sequence[str]) -> list[str]:
+    """The ``keys`` whose values differ between the rows of a sweep's summary."""
+    return [
+        key for key in keys if key in summary and summary[key].astype(str).nunique(dropna=False) > 1
+    ]
+
+
 def plot_sweep(sweep_dir: Path) -> list[Path]:
-    """plots/regret_vs_KEY.png for every varied key and plots/regret_vs_communication.png, from
-    the sweep folder's files alone."""
+    """plots/regret_vs_KEY.png for every key whose finished points hold two or more values (a key
+    listed with one value would average every other key into one column of points) and
+    plots/regret_vs_communication.png, from the sweep folder's files alone."""
     from matplotlib.figure import Figure  # matplotlib loads in a fifth of a second: when drawing
 
     results = load_sweep(sweep_dir)
@@ -264,7 +272,7 @@ def plot_sweep(sweep_dir: Path) -> list[Path]:
     out = Path(sweep_dir) / "plots"
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for key in results.keys:
+    for key in varying_keys(results.summary, results.keys):
         figure = Figure(figsize=(7.5, 4.5))
         plot_sweep_parameter(results.summary, key, figure.gca())
         name = key.replace("/", "_")
