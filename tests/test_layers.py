@@ -261,6 +261,33 @@ def test_imports_inside_functions_only_defer_heavy_packages(graph):
     assert not light, "\n".join(light)
 
 
+#: Flower's public API (these packages themselves, not their submodules): what fedbandit may
+#: import outside ``fedbandit/flower/internals/``.
+FLOWER_PUBLIC = {"flwr.app", "flwr.clientapp", "flwr.serverapp", "flwr.simulation", "flwr.common"}
+
+
+def test_only_the_internals_folder_uses_flowers_private_modules():
+    """A Flower upgrade touches ``fedbandit/flower/internals/`` alone: every other module
+    imports Flower's public API only (every import counts, even under TYPE_CHECKING)."""
+    internals = PACKAGE / "flower" / "internals"
+    private = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if internals in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            for name in names:
+                if name.split(".")[0] == "flwr" and name not in FLOWER_PUBLIC:
+                    private.append(f"{path.relative_to(PACKAGE.parent)}: {name}")
+    assert not private, "\n".join(private)
+
+
 def _write(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         path = root / name
