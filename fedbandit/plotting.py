@@ -200,9 +200,15 @@ def save_figure(figure: Figure, path: Path) -> Path:
 def plot_sweep_parameter(summary: pd.DataFrame, key: str, ax: Axes | None = None) -> Axes:
     """Final regret per client against one varied key (a sweep's summary frame): the mean per
     algorithm with its 95% Student-t interval as a band (from 2 seeds on), log axes where the
-    values span two decades or more. Points that differ in other keys are averaged."""
+    values span two decades or more. Points that differ in other keys are averaged. A key with
+    values that are not all numbers (``fidelity = "paper"`` or ``"authors_code"``) is drawn as
+    categories, in the order of the points."""
     ax = _axes(ax)
     numeric = pd.to_numeric(summary[key], errors="coerce")
+    categories: list[str] = []
+    if numeric.isna().any():
+        categories = list(dict.fromkeys(summary[key].astype(str)))
+        numeric = summary[key].astype(str).map({c: i for i, c in enumerate(categories)})
     intervals = {
         column: pd.to_numeric(summary[column], errors="coerce")
         for column in ("final_regret_ci95_low", "final_regret_ci95_high")
@@ -215,9 +221,12 @@ def plot_sweep_parameter(summary: pd.DataFrame, key: str, ax: Axes | None = None
         low, high = frame["final_regret_ci95_low"], frame["final_regret_ci95_high"]
         if low.notna().all() and high.notna().all():
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    for axis in ("x", "y"):
+    for axis in ("y",) if categories else ("x", "y"):
         if _positive_span(ax, axis) and _decades(ax, axis) >= 2:
             (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    if categories:
+        ax.set_xticks(range(len(categories)), categories)
+        ax.set_xlim(-0.5, len(categories) - 0.5)
     ax.set_xlabel(key + (" (log scale)" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel("final regret per client, R(T)/M")
     ax.set_title(f"final regret against {key}; band: 95% Student-t over seeds", fontsize="medium")
