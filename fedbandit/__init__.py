@@ -25,9 +25,9 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # running and reading experiments
     "run": "fedbandit.api",
-    "load_results": "fedbandit.api",
+    "load_results": "fedbandit.results",
     "simulate": "fedbandit.api",
-    "Results": "fedbandit.api",
+    "Results": "fedbandit.results",
     "run_sweep": "fedbandit.api",
     "load_sweep": "fedbandit.sweep",
     "SweepResults": "fedbandit.sweep",
@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "get_instance_kind": "fedbandit.api",
     "list_algorithms": "fedbandit.api",
     "list_instance_kinds": "fedbandit.api",
-    "build_instance": "fedbandit.instances",
+    "build_instance": "fedbandit.registry",
     # extending: algorithms
     "AlgorithmSpec": "fedbandit.algorithms.base",
     "Hyperparameters": "fedbandit.algorithms.base",
@@ -64,10 +64,10 @@ _EXPORTS: dict[str, str] = {
     "client_generators": "fedbandit.rng",
     "INSTANCE_DOMAIN": "fedbandit.rng",
     # extending: instances
-    "InstanceKindSpec": "fedbandit.registry",
+    "InstanceKindSpec": "fedbandit.instances",
     "Instance": "fedbandit.instances",
     "LinearBanditInstance": "fedbandit.instances",
-    "GroupEnvironment": "fedbandit.environment",
+    "GroupEnvironment": "fedbandit.group_environment",
     "BanditEnvironment": "fedbandit.environment",
     # errors
     "FedbanditError": "fedbandit.errors",
@@ -148,18 +148,16 @@ if TYPE_CHECKING:
         ProblemSpec,
     )
     from fedbandit.api import (
-        Results,
         get_algorithm,
         get_instance_kind,
         list_algorithms,
         list_instance_kinds,
-        load_results,
         run,
         run_sweep,
         simulate,
     )
     from fedbandit.config import ExperimentConfig, load_experiment
-    from fedbandit.environment import BanditEnvironment, GroupEnvironment
+    from fedbandit.environment import BanditEnvironment
     from fedbandit.errors import (
         ConfigError,
         DataError,
@@ -176,8 +174,10 @@ if TYPE_CHECKING:
         Runtime,
         run_federation,
     )
-    from fedbandit.instances import Instance, LinearBanditInstance, build_instance
-    from fedbandit.registry import InstanceKindSpec
+    from fedbandit.group_environment import GroupEnvironment
+    from fedbandit.instances import Instance, InstanceKindSpec, LinearBanditInstance
+    from fedbandit.registry import build_instance
+    from fedbandit.results import Results, load_results
     from fedbandit.rng import INSTANCE_DOMAIN, client_generators, domain_generator
     from fedbandit.runspec import RunSpec, RuntimeOptions
     from fedbandit.simulation import SeedResult, build_federation

@@ -13,14 +13,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from fedbandit.bench import BENCHMARKS, format_table
 from fedbandit.config import available_experiments, load_experiment
 from fedbandit.errors import ConfigError, FedbanditError, RunStoppedError
+from fedbandit.federation.runtime import FAILURE_POLICIES
+from fedbandit.flower.certs import add_cli as add_keys_command
+from fedbandit.flower.deployment import (
+    DEFAULT_SUPERLINK_PORT,
+    DEFAULT_SUPERNODE_PORT,
+    ServerTls,
+    Submission,
+    flower_environment,
+    parse_client_range,
+    superlink_command,
+    supernode_command,
+)
+from fedbandit.flower.internals import simulation_poll
+from fedbandit.registry import algorithms, instance_kinds
+from fedbandit.runspec import EXECUTORS, RUNTIME_NAMES, RuntimeOptions
 from fedbandit.threads import kernel_threads, process_defaults
+
+# Imported by the commands that use them, so that `fedbandit --help` stays fast: the API, the
+# runner, result folders and sweeps (each loads pandas).
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -41,8 +61,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
     """Registered algorithms and instance kinds (built in and plugins), with hyperparameters."""
-    from fedbandit.registry import algorithms, instance_kinds
-
     for show, registry, what in (
         (show_algorithms, algorithms(), "algorithms"),
         (show_instances, instance_kinds(), "instance kinds"),
@@ -74,8 +92,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from fedbandit.api import run
     from fedbandit.results import read_json
     from fedbandit.runner import default_out_dir, summary_table
-    from fedbandit.runspec import RuntimeOptions
 
+    if args.runtime == "flower-sim":  # a wrong setting is one line before anything runs
+        simulation_poll.poll_from_env(os.environ.get(simulation_poll.ENV))
     overrides = list(args.set or [])
     if args.seeds is not None:
         overrides.append(f"seeds={args.seeds}")
@@ -123,25 +142,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"fedbandit: {seed} went on without clients {sorted(map(int, dropped))}")
     if stopped is not None:
         print(f"fedbandit: error: {stopped}", file=sys.stderr)
-    if manifest["status"] != "complete":
+    if manifest["status"] == "complete":
+        return 0
+    aborted = manifest.get("aborted_seeds", {})
+    missing = manifest.get("missing_runs", [])
+    asked = set(args.algorithms.split(",")) if args.algorithms else None
+    not_asked = [run for run in missing if asked is not None and run.split("/")[0] not in asked]
+    if stopped is None and not aborted and len(not_asked) == len(missing):
+        # Every run asked for (--algorithms) is done: the folder only lacks the others.
+        others = sorted({run.split("/")[0] for run in not_asked})
         print(
-            f"fedbandit: the run is incomplete ({len(manifest.get('aborted_seeds', {}))} aborted, "
-            f"{len(manifest.get('missing_runs', []))} not run); rerun with --out {run_dir} "
-            "(and without --algorithms) to finish it",
+            f"fedbandit: every run asked for is done; the folder lacks {len(not_asked)} runs of "
+            f"{', '.join(others)} (not asked for: rerun with --out {run_dir} without "
+            "--algorithms to add them)",
             file=sys.stderr,
         )
-        return 3
-    return 0
+        return 0
+    print(
+        f"fedbandit: the run is incomplete ({len(aborted)} aborted, {len(missing)} not run); "
+        f"rerun with --out {run_dir} (and without --algorithms) to finish it",
+        file=sys.stderr,
+    )
+    return 3
 
 
 def _exec_flower(
     command: list[str], state_dir: Path, print_only: bool, extra_env: dict[str, str] | None = None
 ) -> int:
     """Run a Flower command with fedbandit's safe environment (replacing this process)."""
-    import os
     import shlex
-
-    from fedbandit.flower.deployment import flower_environment
 
     env = {**flower_environment(state_dir), **(extra_env or {})}
     if print_only:
@@ -162,7 +191,6 @@ def _exec_flower(
 
 
 def _cmd_superlink(args: argparse.Namespace) -> int:
-    from fedbandit.flower.deployment import ServerTls, superlink_command
 
     tls = ServerTls.from_dir(args.tls_dir) if args.tls_dir else None
     command = superlink_command(
@@ -172,7 +200,6 @@ def _cmd_superlink(args: argparse.Namespace) -> int:
 
 
 def _cmd_supernode(args: argparse.Namespace) -> int:
-    from fedbandit.flower.deployment import parse_client_range, supernode_command
 
     clients = parse_client_range(args.clients)
     state_dir = args.state_dir or Path("flower-state") / f"supernode-{args.clients}"
@@ -192,7 +219,6 @@ def _cmd_supernode(args: argparse.Namespace) -> int:
 
 
 def _cmd_register(args: argparse.Namespace) -> int:
-    from fedbandit.flower.deployment import Submission
 
     submission = Submission(
         args.superlink, args.state_dir, root_certificates=args.root_certificates
@@ -204,7 +230,6 @@ def _cmd_register(args: argparse.Namespace) -> int:
 
 
 def _add_deployment_commands(sub: argparse._SubParsersAction) -> None:
-    from fedbandit.flower.deployment import DEFAULT_SUPERLINK_PORT, DEFAULT_SUPERNODE_PORT
 
     link = sub.add_parser(
         "superlink", help="start a Flower SuperLink (the server side of a deployment)"
@@ -272,9 +297,8 @@ def _add_deployment_commands(sub: argparse._SubParsersAction) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import datetime as dt
 
-    from fedbandit.plotting import plot_sweep
-    from fedbandit.runner import RESULTS_ROOT
-    from fedbandit.sweep import load_sweep, parse_grid_option, run_sweep, seeds_of
+    from fedbandit.runner import RESULTS_ROOT, run_sweep
+    from fedbandit.sweep import load_sweep, parse_grid_option, plot_sweep, seeds_of
 
     config = load_experiment(args.experiment, list(args.set or []))
     extra = [parse_grid_option(text) for text in args.grid or []]
@@ -341,15 +365,12 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from fedbandit.api import load_results
-    from fedbandit.plotting import plot_run
-    from fedbandit.sweep import is_sweep
+    from fedbandit.results import load_results, plot_run
+    from fedbandit.sweep import is_sweep, plot_sweep
 
     run_dir = Path(args.run_dir)
     if is_sweep(run_dir):
         if not args.point:
-            from fedbandit.plotting import plot_sweep
-
             for path in plot_sweep(run_dir):
                 print(path)
             return 0
@@ -364,7 +385,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from fedbandit.bench import BENCHMARKS, format_table
 
     names = list(BENCHMARKS) if args.name == "all" else [args.name]
     results = {}
@@ -378,9 +398,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedbandit.bench import BENCHMARKS
-    from fedbandit.federation.runtime import FAILURE_POLICIES
-    from fedbandit.runtimes import RUNTIMES
 
     parser = argparse.ArgumentParser(prog="fedbandit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -416,9 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--runtime",
-        choices=list(RUNTIMES),
+        choices=list(RUNTIME_NAMES),
         default="local",
-        help="; ".join(f"{name}: {entry.description}" for name, entry in RUNTIMES.items()),
+        help="; ".join(f"{name}: {description}" for name, description in RUNTIME_NAMES.items()),
     )
     run.add_argument("--nodes", type=int, help="virtual SuperNodes for flower-sim (default 4)")
     run.add_argument("--superlink", help="HOST:PORT of the deployment's SuperLink (flower)")
@@ -455,7 +472,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     _add_deployment_commands(sub)
-    from fedbandit.flower.certs import add_cli as add_keys_command
 
     add_keys_command(sub)
 
@@ -471,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seed-range", metavar="A:B", help="seeds A..B-1 (a shard of a study)")
     sweep.add_argument("--out", type=Path, help="sweep folder; an existing one is resumed")
     sweep.add_argument("--workers", type=int, help="worker processes (default: cores)")
-    sweep.add_argument("--executor", choices=["local", "ray"], default="local")
+    sweep.add_argument("--executor", choices=list(EXECUTORS), default="local")
     sweep.add_argument("--address", help="Ray cluster: auto or HOST:PORT (default: start one)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.add_argument(

@@ -22,16 +22,52 @@ from pydantic import (
     model_validator,
 )
 
-from fedbandit.errors import ConfigError
+from fedbandit.errors import ConfigError, describe_validation
 from fedbandit.registry import algorithms, instance_kinds
-from fedbandit.sweep import SweepConfig
 
 EXPERIMENTS_DIR = Path(
     os.environ.get("FEDBANDIT_EXPERIMENTS", Path(__file__).resolve().parents[1] / "experiments")
 )
 
 
-__all__ = ["ConfigError", "ExperimentConfig", "PlotConfig", "load_experiment"]
+__all__ = [
+    "ConfigError",
+    "ExperimentConfig",
+    "PlotConfig",
+    "SweepConfig",
+    "describe_validation",
+    "load_experiment",
+]
+
+
+class SweepConfig(BaseModel):
+    """An experiment's ``[sweep]`` table: ``grid`` (cartesian product) and ``zip`` (varied
+    together) map dotted config keys to lists of values."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    together: dict[str, list[Any]] = Field(default_factory=dict, alias="zip")
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepConfig:
+        for table, values in (("grid", self.grid), ("zip", self.together)):
+            for key, listed in values.items():
+                if not listed:
+                    raise ValueError(f"sweep.{table}.{key!r} lists no values")
+                if key in ("name", "seeds", "sweep") or key.startswith("sweep."):
+                    raise ValueError(f"sweep.{table}.{key!r}: this key cannot be varied")
+        lengths = {len(v) for v in self.together.values()}
+        if len(lengths) > 1:
+            shown = ", ".join(f"{k} ({len(v)})" for k, v in self.together.items())
+            raise ValueError(f"sweep.zip lists must have one length, got {shown}")
+        if overlap := set(self.grid) & set(self.together):
+            raise ValueError(f"keys in both sweep.grid and sweep.zip: {sorted(overlap)}")
+        return self
+
+    @property
+    def keys(self) -> list[str]:
+        return [*self.grid, *self.together]
 
 
 class PlotConfig(BaseModel):
@@ -102,23 +138,6 @@ class ExperimentConfig(BaseModel):
 
     def hyperparameters(self, algorithm: str) -> dict[str, Any]:
         return dict(self.params.get(algorithm, {}))
-
-
-def describe_validation(err: ValidationError, prefix: str = "") -> str:
-    """One line naming every problem: the key (with ``prefix``), the value, what was expected."""
-    parts = []
-    for item in err.errors():
-        key = prefix + ".".join(str(p) for p in item["loc"])
-        message = str(item["msg"]).removeprefix("Value error, ")
-        if not item["loc"]:
-            parts.append(message)
-        elif item["type"] == "value_error":
-            parts.append(f"{key}: {message}")
-        elif item["type"] == "extra_forbidden":
-            parts.append(f"unknown key {key!r}")
-        else:
-            parts.append(f"{key}: {item['msg']} (got {item.get('input')!r})")
-    return "; ".join(parts)
 
 
 def available_experiments() -> dict[str, Path]:

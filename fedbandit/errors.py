@@ -7,6 +7,10 @@ Raise the type of the layer that found the problem; catch ``FedbanditError`` to 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class FedbanditError(Exception):
@@ -37,3 +41,21 @@ class RunStoppedError(DeploymentError):
     def __init__(self, message: str, run_dir: Path) -> None:
         super().__init__(message)
         self.run_dir = Path(run_dir)
+
+
+def describe_validation(err: ValidationError, prefix: str = "") -> str:
+    """One line naming every problem of a pydantic validation: the key (with ``prefix``), the
+    value, what was expected."""
+    parts = []
+    for item in err.errors():
+        key = prefix + ".".join(str(p) for p in item["loc"])
+        message = str(item["msg"]).removeprefix("Value error, ")
+        if not item["loc"]:
+            parts.append(message)
+        elif item["type"] == "value_error":
+            parts.append(f"{key}: {message}")
+        elif item["type"] == "extra_forbidden":
+            parts.append(f"unknown key {key!r}")
+        else:
+            parts.append(f"{key}: {item['msg']} (got {item.get('input')!r})")
+    return "; ".join(parts)

@@ -8,30 +8,15 @@ for every arm. The instance holds the truth; learners only ever see their own fe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedbandit.contextual.instances import ContextualParams, contextual_instance
-from fedbandit.datasets import (
-    ClassificationContextualParams,
-    MovieLensParams,
-    SklearnParams,
-    TableParams,
-    classification_contextual_instance,
-    movielens_instance,
-    sklearn_instance,
-    table_instance,
-)
-from fedbandit.errors import ConfigError
-from fedbandit.registry import InstanceKindSpec
+from fedbandit.group_environment import GroupEnvironment
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
-
-if TYPE_CHECKING:
-    from fedbandit.environment import GroupEnvironment
 
 
 @runtime_checkable
@@ -64,6 +49,27 @@ class Instance(Protocol):
         """The environment of the clients ``client_ids`` over ``horizon`` steps, rewards seeded
         by ``entropy`` (one stream per client, see ``fedbandit.rng``)."""
         ...
+
+
+@dataclass(frozen=True)
+class InstanceKindSpec:
+    """A registry entry for an instance kind: its name (the ``kind`` key of an experiment's
+    ``[instance]`` table), the parameter model (a pydantic model with ``kind: Literal[name]`` and
+    ``extra="forbid"``) and the builder from validated parameters to an ``Instance``. Built-in
+    kinds and plugins alike declare one under the ``fedbandit.instances`` entry-point group."""
+
+    kind: str
+    params: type[BaseModel]
+    build: Callable[[Any], Instance]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        declared = self.params.model_fields.get("kind")
+        if declared is None or declared.default != self.kind:
+            raise TypeError(
+                f"instance kind {self.kind!r}: its parameter model {self.params.__name__} must "
+                f'declare kind: Literal["{self.kind}"] = "{self.kind}"'
+            )
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ class LinearBanditInstance:
     def make_environment(
         self, client_ids: np.ndarray | Sequence[int], horizon: int, entropy: int | Sequence[int]
     ) -> GroupEnvironment:
-        from fedbandit.environment import BanditEnvironment
+        from fedbandit.environment import BanditEnvironment  # numba: compiled on first import
 
         return BanditEnvironment(self, client_ids, horizon, entropy)
 
@@ -222,64 +228,16 @@ def synthetic(params: SyntheticParams) -> LinearBanditInstance:
     )
 
 
-#: fedbandit's own instance kinds; ``fedbandit.registry.instance_kinds()`` adds the plugins'.
-BUILTIN_INSTANCE_KINDS: dict[str, InstanceKindSpec] = {
-    spec.kind: spec
-    for spec in (
-        InstanceKindSpec(
-            "paper_synthetic",
-            PaperSyntheticParams,
-            paper_synthetic,
-            "The synthetic instance of the Fed-PE paper (shared theta = e_1, one good arm)",
-        ),
-        InstanceKindSpec(
-            "synthetic",
-            SyntheticParams,
-            synthetic,
-            "Random features and parameters with a guaranteed minimum gap",
-        ),
-        InstanceKindSpec(
-            "contextual",
-            ContextualParams,
-            contextual_instance,
-            "Fresh contexts every round (LinUCB-d's diverse and non-diverse settings)",
-        ),
-        InstanceKindSpec(
-            "movielens100k",
-            MovieLensParams,
-            movielens_instance,
-            "MovieLens-100K as in the Fed-PE paper (the user supplies the file)",
-        ),
-        InstanceKindSpec(
-            "sklearn",
-            SklearnParams,
-            sklearn_instance,
-            "A scikit-learn bundled classification set as fixed features per client",
-        ),
-        InstanceKindSpec(
-            "table",
-            TableParams,
-            table_instance,
-            "A user CSV/npy/npz table as fixed features per client",
-        ),
-        InstanceKindSpec(
-            "classification_contextual",
-            ClassificationContextualParams,
-            classification_contextual_instance,
-            "A classification set as a contextual bandit with non-IID client partitions",
-        ),
-    )
-}
-
-
-def build_instance(params: BaseModel) -> Instance:
-    """Build the instance a validated parameter model (with its ``kind``) describes."""
-    from fedbandit.registry import instance_kinds
-
-    kind = getattr(params, "kind", None)
-    if not isinstance(kind, str):
-        raise ConfigError(f"{type(params).__name__} has no 'kind': not an instance description")
-    spec = instance_kinds().get(kind)
-    if not isinstance(params, spec.params):
-        params = spec.params.model_validate(params.model_dump())
-    return spec.build(params)
+#: The instance kinds defined here, declared in ``setup.cfg`` under ``fedbandit.instances``.
+PAPER_SYNTHETIC = InstanceKindSpec(
+    "paper_synthetic",
+    PaperSyntheticParams,
+    paper_synthetic,
+    "The synthetic instance of the Fed-PE paper (shared theta = e_1, one good arm)",
+)
+SYNTHETIC = InstanceKindSpec(
+    "synthetic",
+    SyntheticParams,
+    synthetic,
+    "Random features and parameters with a guaranteed minimum gap",
+)

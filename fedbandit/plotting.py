@@ -63,6 +63,8 @@ def plot_regret_curves(
                 ax.plot(t, row, color=line.get_color(), linewidth=0.5, alpha=0.5)
     if log_x and _positive_span(ax, "x"):
         ax.set_xscale("log")
+    else:
+        compact_ticks(ax)
     ax.set_xlabel("t (pulls per client)" + (", log scale" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel("R(t)/M / log t" if over_log_t else "cumulative regret per client, R(t)/M")
     if title is not None:
@@ -77,6 +79,25 @@ def plot_regret_curves(
     else:
         _nothing(ax, "no finished seed to plot" if curves.empty else "no t >= 2 to plot")
     return ax
+
+
+def compact_label(value: float, _position: object = None) -> str:
+    """A tick label that stays short: 800 -> "800", 2500 -> "2.5k", 120000 -> "120k",
+    2500000 -> "2.5M" (four significant digits at most)."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
+def compact_ticks(ax: Axes, axis: str = "x") -> None:
+    """At most six ticks on a linear ``axis``, labelled ``compact_label``: labels of horizons
+    such as 2^17 no longer run into each other ("100000120000")."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+    target.set_major_formatter(FuncFormatter(compact_label))
 
 
 def _band_note(curves: pd.DataFrame) -> str:
@@ -167,52 +188,8 @@ def plot_communication_frame(
     return ax
 
 
-def plot_regret(
-    run_dir: Path, ax: Axes | None = None, log_x: bool = False, over_log_t: bool = False
-) -> Axes:
-    """The regret plot of a results folder (see ``plot_regret_curves``)."""
-    from fedbandit.api import load_results
-
-    results = load_results(run_dir)
-    return plot_regret_curves(
-        results.curves, ax=ax, log_x=log_x, over_log_t=over_log_t, title=results._title()
-    )
-
-
-def plot_run(run_dir: Path, log_x: bool | None = None) -> list[Path]:
-    """Write plots/regret.png and plots/communication.png (and plots/regret_over_log_t.png when
-    the experiment's ``[plot]`` asks) from the folder's files alone."""
-    from matplotlib.figure import Figure
-
-    from fedbandit.api import load_results
-
-    run_dir = Path(run_dir)
-    results = load_results(run_dir)
-    if log_x is None:
-        log_x = results.config.plot.log_x
-    out = run_dir / "plots"
-    out.mkdir(parents=True, exist_ok=True)
-    num_clients = int(results.manifest["instance"]["num_clients"])
-    paths = []
-    figure = Figure(figsize=(7, 4.5))
-    plot_regret_curves(results.curves, figure.gca(), log_x=log_x, title=results._title())
-    paths.append(_save(figure, out / "regret.png"))
-    figure = Figure(figsize=(11, 4.2))
-    for ax, direction in zip(figure.subplots(1, 2), ("uplink", "downlink"), strict=True):
-        plot_communication_frame(
-            results.communication, num_clients, ax, (direction,), results.config.algorithms
-        )
-    paths.append(_save(figure, out / "communication.png"))
-    if results.config.plot.regret_over_log_t:
-        figure = Figure(figsize=(7, 4.5))
-        plot_regret_curves(
-            results.curves, figure.gca(), log_x=True, over_log_t=True, title=results._title()
-        )
-        paths.append(_save(figure, out / "regret_over_log_t.png"))
-    return paths
-
-
-def _save(figure: Figure, path: Path) -> Path:
+def save_figure(figure: Figure, path: Path) -> Path:
+    """Draw ``figure`` into ``path`` (PNG) through a temporary file and a rename."""
     tmp = path.with_name(f".{path.stem}.tmp.png")
     figure.tight_layout()
     figure.savefig(tmp, dpi=120)
@@ -223,9 +200,15 @@ def _save(figure: Figure, path: Path) -> Path:
 def plot_sweep_parameter(summary: pd.DataFrame, key: str, ax: Axes | None = None) -> Axes:
     """Final regret per client against one varied key (a sweep's summary frame): the mean per
     algorithm with its 95% Student-t interval as a band (from 2 seeds on), log axes where the
-    values span two decades or more. Points that differ in other keys are averaged."""
+    values span two decades or more. Points that differ in other keys are averaged. A key with
+    values that are not all numbers (``fidelity = "paper"`` or ``"authors_code"``) is drawn as
+    categories, in the order of the points."""
     ax = _axes(ax)
     numeric = pd.to_numeric(summary[key], errors="coerce")
+    categories: list[str] = []
+    if numeric.isna().any():
+        categories = list(dict.fromkeys(summary[key].astype(str)))
+        numeric = summary[key].astype(str).map({c: i for i, c in enumerate(categories)})
     intervals = {
         column: pd.to_numeric(summary[column], errors="coerce")
         for column in ("final_regret_ci95_low", "final_regret_ci95_high")
@@ -238,9 +221,12 @@ def plot_sweep_parameter(summary: pd.DataFrame, key: str, ax: Axes | None = None
         low, high = frame["final_regret_ci95_low"], frame["final_regret_ci95_high"]
         if low.notna().all() and high.notna().all():
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    for axis in ("x", "y"):
+    for axis in ("y",) if categories else ("x", "y"):
         if _positive_span(ax, axis) and _decades(ax, axis) >= 2:
             (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    if categories:
+        ax.set_xticks(range(len(categories)), categories)
+        ax.set_xlim(-0.5, len(categories) - 0.5)
     ax.set_xlabel(key + (" (log scale)" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel("final regret per client, R(T)/M")
     ax.set_title(f"final regret against {key}; band: 95% Student-t over seeds", fontsize="medium")
@@ -291,29 +277,3 @@ def _decades(ax: Axes, axis: str) -> float:
     )
     values = values[np.isfinite(values) & (values > 0)]
     return float(np.log10(values.max() / values.min())) if values.size else 0.0
-
-
-def plot_sweep(sweep_dir: Path) -> list[Path]:
-    """plots/regret_vs_KEY.png for every varied key and plots/regret_vs_communication.png, from
-    the sweep folder's files alone."""
-    from matplotlib.figure import Figure
-
-    from fedbandit.sweep import load_sweep
-
-    results = load_sweep(sweep_dir)
-    if results.table.empty:
-        from fedbandit.errors import ConfigError
-
-        raise ConfigError(f"{sweep_dir}: no run of the sweep has finished yet: nothing to plot")
-    out = Path(sweep_dir) / "plots"
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for key in results.keys:
-        figure = Figure(figsize=(7.5, 4.5))
-        plot_sweep_parameter(results.summary, key, figure.gca())
-        name = key.replace("/", "_")
-        paths.append(_save(figure, out / f"regret_vs_{name}.png"))
-    figure = Figure(figsize=(7.5, 4.5))
-    plot_sweep_tradeoff(results.summary, figure.gca())
-    paths.append(_save(figure, out / "regret_vs_communication.png"))
-    return paths

@@ -1,6 +1,6 @@
-"""What is registered: algorithms and instance kinds, built in and from plugins.
-
-Plugins are installed Python packages that declare entry points (``pyproject.toml``)::
+"""What is registered: algorithms and instance kinds, built in and from plugins, all found the
+same way: as entry points. fedbandit declares its own in ``setup.cfg``; a plugin is an installed
+Python package that declares entry points (``pyproject.toml``)::
 
     [project.entry-points."fedbandit.algorithms"]
     fed_ucb = "my_package:FED_UCB"          # an AlgorithmSpec
@@ -17,42 +17,33 @@ is asked for and by ``fedbandit list --algorithms``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from fedbandit.algorithms.base import AlgorithmSpec
 from fedbandit.errors import ConfigError
-
-if TYPE_CHECKING:
-    from fedbandit.algorithms.base import AlgorithmSpec
-    from fedbandit.instances import Instance
+from fedbandit.instances import Instance, InstanceKindSpec
 
 ALGORITHM_GROUP = "fedbandit.algorithms"
 INSTANCE_GROUP = "fedbandit.instances"
+#: The distribution whose entry points are the built-in algorithms and instance kinds.
+BUILTIN_DISTRIBUTION = "fedbandit"
 
-
-@dataclass(frozen=True)
-class InstanceKindSpec:
-    """A registry entry for an instance kind: its name (the ``kind`` key of an experiment's
-    ``[instance]`` table), the parameter model (a pydantic model with ``kind: Literal[name]`` and
-    ``extra="forbid"``) and the builder from validated parameters to an ``Instance``."""
-
-    kind: str
-    params: type[BaseModel]
-    build: Callable[[Any], Instance]
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        declared = self.params.model_fields.get("kind")
-        if declared is None or declared.default != self.kind:
-            raise TypeError(
-                f"instance kind {self.kind!r}: its parameter model {self.params.__name__} must "
-                f'declare kind: Literal["{self.kind}"] = "{self.kind}"'
-            )
+__all__ = [
+    "ALGORITHM_GROUP",
+    "INSTANCE_GROUP",
+    "InstanceKindSpec",
+    "Registry",
+    "algorithms",
+    "build_instance",
+    "instance_kinds",
+    "refresh",
+]
 
 
 Entry = TypeVar("Entry")
@@ -84,60 +75,80 @@ class Registry(Generic[Entry]):
     def __contains__(self, name: object) -> bool:
         return name in self.entries
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(sorted(self.entries))
 
 
-def _plugins(group: str, expected: type, name_of: Callable[[Any], str]):
-    """(entry point name, distribution, loaded object or error text) for each plugin."""
-    for point in metadata.entry_points(group=group):
-        dist = point.dist.name if point.dist is not None else "unknown distribution"
-        where = f"{dist} ({point.name} = {point.value})"
-        try:
-            obj = point.load()
-        except Exception as err:  # a broken plugin must not stop the others
-            yield point.name, where, f"{type(err).__name__}: {err}"
+def _distribution(point: metadata.EntryPoint) -> str:
+    return point.dist.name if point.dist is not None else "unknown distribution"
+
+
+def _load(point: metadata.EntryPoint, expected: type, name_of: Callable[[Any], str]) -> Any:
+    """The entry point's object, or the text of why it cannot be used."""
+    try:
+        obj = point.load()
+    except Exception as err:  # a broken plugin must not stop the others
+        return f"{type(err).__name__}: {err}"
+    if not isinstance(obj, expected):
+        return f"resolves to {type(obj).__name__}, not {expected.__name__}"
+    if name_of(obj) != point.name:
+        return f"entry point named {point.name!r} holds {name_of(obj)!r}"
+    return obj
+
+
+def _build(what: str, group: str, expected: type, name_of: Callable[[Any], str]) -> Registry:
+    """The registry of one entry-point group: fedbandit's own entry points first, so that a
+    plugin can never take a built-in's name, then every other distribution's."""
+    points = list(metadata.entry_points(group=group))
+    points.sort(key=lambda point: _distribution(point) != BUILTIN_DISTRIBUTION)
+    if not points or _distribution(points[0]) != BUILTIN_DISTRIBUTION:
+        raise ConfigError(
+            f"no built-in {what}s: fedbandit declares them as {group!r} entry points of its "
+            "installed distribution; install it (pip install -e . in the source tree) instead of "
+            "putting the source folder on sys.path"
+        )
+    entries: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    broken: dict[str, str] = {}
+    for point in points:
+        dist = _distribution(point)
+        builtin = dist == BUILTIN_DISTRIBUTION
+        where = "fedbandit" if builtin else f"{dist} ({point.name} = {point.value})"
+        if point.name in entries:
+            broken[point.name] = f"{where}: the name is taken by {origins[point.name]}"
             continue
-        if not isinstance(obj, expected):
-            yield point.name, where, f"resolves to {type(obj).__name__}, not {expected.__name__}"
-        elif name_of(obj) != point.name:
-            yield point.name, where, f"entry point named {point.name!r} holds {name_of(obj)!r}"
+        loaded = _load(point, expected, name_of)
+        if isinstance(loaded, str):
+            broken[point.name] = f"{where}: {loaded}"
         else:
-            yield point.name, where, obj
-
-
-def _build(what: str, builtin: dict[str, Any], group: str, expected: type, name_of) -> Registry:
-    entries, origins, broken = dict(builtin), dict.fromkeys(builtin, "fedbandit"), {}
-    for name, where, loaded in _plugins(group, expected, name_of):
-        if name in entries:
-            broken[name] = f"{where}: the name is taken by {origins[name]}"
-        elif isinstance(loaded, str):
-            broken[name] = f"{where}: {loaded}"
-        else:
-            entries[name], origins[name] = loaded, where
+            entries[point.name], origins[point.name] = loaded, where
     return Registry(what, entries, origins, broken)
 
 
 @cache
 def algorithms() -> Registry[AlgorithmSpec]:
-    """Every algorithm: fedbandit's own and the ``fedbandit.algorithms`` entry points."""
-    from fedbandit.algorithms import BUILTIN_ALGORITHMS
-    from fedbandit.algorithms.base import AlgorithmSpec
-
-    return _build("algorithm", BUILTIN_ALGORITHMS, ALGORITHM_GROUP, AlgorithmSpec, lambda s: s.name)
+    """Every algorithm: the ``fedbandit.algorithms`` entry points, fedbandit's own first."""
+    return _build("algorithm", ALGORITHM_GROUP, AlgorithmSpec, lambda s: s.name)
 
 
 @cache
 def instance_kinds() -> Registry[InstanceKindSpec]:
-    """Every instance kind: fedbandit's own and the ``fedbandit.instances`` entry points."""
-    from fedbandit.instances import BUILTIN_INSTANCE_KINDS
-
-    return _build(
-        "instance kind", BUILTIN_INSTANCE_KINDS, INSTANCE_GROUP, InstanceKindSpec, lambda s: s.kind
-    )
+    """Every instance kind: the ``fedbandit.instances`` entry points, fedbandit's own first."""
+    return _build("instance kind", INSTANCE_GROUP, InstanceKindSpec, lambda s: s.kind)
 
 
 def refresh() -> None:
     """Read the entry points again (after installing a plugin in a running interpreter)."""
     algorithms.cache_clear()
     instance_kinds.cache_clear()
+
+
+def build_instance(params: BaseModel) -> Instance:
+    """Build the instance a validated parameter model (with its ``kind``) describes."""
+    kind = getattr(params, "kind", None)
+    if not isinstance(kind, str):
+        raise ConfigError(f"{type(params).__name__} has no 'kind': not an instance description")
+    spec = instance_kinds().get(kind)
+    if not isinstance(params, spec.params):
+        params = spec.params.model_validate(params.model_dump())
+    return spec.build(params)

@@ -1,4 +1,5 @@
-"""The results folder: atomic writes, the manifest, per-seed files, and the summary.
+"""The results folder: atomic writes, one seed's files, the summary, reading a folder back
+(``Results``) and drawing its plots from the files alone.
 
 Layout of ``results/NAME/<timestamp>/``::
 
@@ -24,14 +25,23 @@ import platform
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from fedbandit.analysis import INTERVAL, checkpoint_times, interval_or_none
+from fedbandit.analysis import INTERVAL, checkpoint_times, curve_grid, interval_or_none
+from fedbandit.config import ExperimentConfig, validate_experiment
+from fedbandit.errors import ConfigError, DataError
+from fedbandit.plotting import plot_communication_frame, plot_regret_curves, save_figure
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from fedbandit.simulation import SeedResult
 
 PACKAGES = ("fedbandit", "numpy", "scipy", "cvxpy", "clarabel", "flwr", "pandas", "matplotlib")
 
@@ -200,3 +210,239 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         }
         summary[algorithm] = entry
     return summary
+
+
+def seed_files(
+    config: ExperimentConfig | dict[str, Any], seed: int, result: SeedResult
+) -> dict[str, str]:
+    """The files of one finished (algorithm, seed) as texts, by path relative to the run folder,
+    in the order they are written: the ``.json`` last (it marks the seed done).
+
+    The regret curve is stored at the steps of ``analysis.curve_grid(T)`` (every 2^k, T/2, T and
+    about 1,500 points spaced evenly on a log and on a linear scale), not at every step."""
+    if not isinstance(config, ExperimentConfig):
+        config = validate_experiment(config)
+    algorithm = result.algorithm
+    stem = seed_stem(Path("."), algorithm, seed)
+    grid = curve_grid(config.horizon)
+    curve = result.regret.mean_cumulative_regret()
+    if len(curve) == 0:  # every client was lost before reporting
+        curve = np.full(config.horizon, np.nan)
+    clients = pd.DataFrame(
+        {
+            "client_id": result.regret.client_ids,
+            "regret": result.regret.client_regret,
+            "pulls": result.regret.client_pulls,
+        }
+    )
+    info = {
+        "algorithm": algorithm,
+        "seed": seed,
+        "seconds": result.seconds,
+        "totals": result.totals,
+        "final_regret": float(curve[-1]),
+        "status": result.status,
+        "failure": result.failure,
+        "dropped": {str(client): round_ for client, round_ in result.dropped.items()},
+        "clients_reported": len(result.regret.client_ids),
+    }
+    regret = pd.DataFrame({"t": grid, "regret": curve[grid - 1]})
+    return {
+        str(stem.with_suffix(".regret.csv")): regret.to_csv(index=False),
+        str(stem.with_suffix(".comm.csv")): result.communication.to_csv(index=False),
+        str(stem.with_suffix(".clients.csv")): clients.to_csv(index=False),
+        str(stem.with_suffix(".json")): json_text(info),
+    }
+
+
+def write_files(run_dir: Path, files: dict[str, str]) -> None:
+    """Write ``seed_files`` output into ``run_dir``, each file atomically, in order."""
+    for relative, text in files.items():
+        atomic_write_text(Path(run_dir) / relative, text)
+
+
+def write_seed_result(
+    config: ExperimentConfig | dict[str, Any], run_dir: Path, seed: int, result: SeedResult
+) -> None:
+    """Write the files of one finished (algorithm, seed) (``seed_files``), the ``.json`` last."""
+    write_files(run_dir, seed_files(config, seed, result))
+
+
+def remove_stale_temporaries(run_dir: Path) -> None:
+    """Delete temporary files an interrupted writer left behind (final files are never partial:
+    they appear only by an atomic rename)."""
+    for stale in run_dir.rglob(".*.tmp*"):
+        stale.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Results:
+    """The results of one experiment, in memory.
+
+    - ``curves``: one row per (algorithm, seed, t): ``regret`` is the per-client cumulative
+      regret R(t)/M, stored at the steps of ``fedbandit.analysis.curve_grid(T)`` (every 2^k,
+      T/2, T, and about 1,500 steps spaced evenly on a log and on a linear scale).
+    - ``communication``: one row per (algorithm, seed, round, direction): ``kind``, ``t``
+      (pulls per client when the round happened), ``messages``, ``scalars``, ``bytes`` (whole
+      run, all clients).
+    - ``summary``: one row per algorithm, the columns of ``summary.json``.
+    Only seeds that finished (status complete) are included; ``manifest["status"]`` says whether
+    the run is complete.
+    """
+
+    config: ExperimentConfig
+    manifest: dict[str, Any]
+    curves: pd.DataFrame
+    communication: pd.DataFrame
+    summary: pd.DataFrame
+    #: The results folder, or None for a run made in memory (``fedbandit.run(out=None)``).
+    run_dir: Path | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest.get("status") == "complete"
+
+    def final_regret(self) -> pd.DataFrame:
+        """R(T)/M per (algorithm, seed)."""
+        last = self.curves.sort_values("t").groupby(["algorithm", "seed"], sort=False).tail(1)
+        return last[["algorithm", "seed", "regret"]].sort_values(["algorithm", "seed"])
+
+    def plot_regret(self, ax: Axes | None = None, log_x: bool = False) -> Axes:
+        """R(t)/M against t per algorithm: mean over seeds and a 95% Student-t band."""
+        return plot_regret_curves(self.curves, ax=ax, log_x=log_x, title=self._title())
+
+    def plot_communication(self, ax: Axes | None = None) -> Axes:
+        """Cumulative uplink (solid) and downlink (dashed) scalars per client against t."""
+        return plot_communication_frame(
+            self.communication,
+            int(self.manifest["instance"]["num_clients"]),
+            ax=ax,
+            algorithms=self.config.algorithms,
+        )
+
+    def _title(self) -> str:
+        """Experiment, sizes, horizon, noise and seeds (and whether the run is incomplete)."""
+        facts = self.manifest.get("instance", {})
+        counts = self.curves.groupby("algorithm")["seed"].nunique()
+        low, high = (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
+        if high == 0:
+            shown = "no finished seed"
+        elif low != high:
+            shown = f"{low}-{high} seeds"
+        else:
+            shown = f"{low} seed" if low == 1 else f"{low} seeds"
+        sizes = ", ".join(
+            f"{label}={facts[key]:g}"
+            if isinstance(facts.get(key), float)
+            else f"{label}={facts[key]}"
+            for label, key in (("M", "num_clients"), ("K", "num_arms"), ("d", "dim"))
+            if key in facts
+        )
+        sigma = facts.get("noise_sigma")
+        noise = f", sigma={sigma:g}" if isinstance(sigma, (int, float)) else ""
+        status = "" if self.complete else " [incomplete]"
+        return f"{self.config.name}{status}\n{sizes}, T={self.config.horizon}{noise}, {shown}"
+
+
+def load_results(run_dir: str | Path) -> Results:
+    """Read a results folder (made by ``fedbandit run`` or ``fedbandit.run(out=...)``)."""
+    run_dir = Path(run_dir)
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise ConfigError(f"{run_dir} is not a results folder (no manifest.json)")
+    manifest = read_json(manifest_path)
+    config = validate_experiment(manifest["config"], source=str(manifest_path))
+    curves, communication = [], []
+    for algorithm in manifest["algorithms"]:
+        for seed in completed_seeds(run_dir, algorithm, manifest["seeds"]):
+            stem = seed_stem(run_dir, algorithm, seed)
+            curve = _read_table(stem.with_suffix(".regret.csv"), ["t", "regret"])
+            curves.append(curve.assign(algorithm=algorithm, seed=seed))
+            comm = _read_table(
+                stem.with_suffix(".comm.csv"), ["round", "direction", "t", "scalars"]
+            )
+            communication.append(comm.assign(algorithm=algorithm, seed=seed))
+    curve_columns = ["algorithm", "seed", "t", "regret"]
+    comm_columns = ["algorithm", "seed", "round", "kind", "direction", "t", "messages"]
+    comm_columns += ["scalars", "bytes"]
+    summary_path = run_dir / "summary.json"
+    summary_data = read_json(summary_path) if summary_path.is_file() else {}
+    rows = [
+        {"algorithm": name, **entry}
+        for name, entry in summary_data.items()
+        if isinstance(entry, dict) and "final_regret_mean" in entry
+    ]
+    return Results(
+        config=config,
+        manifest=manifest,
+        curves=_frame(curves, curve_columns),
+        communication=_frame(communication, comm_columns),
+        summary=pd.DataFrame(rows),
+        run_dir=run_dir,
+    )
+
+
+def _read_table(path: Path, columns: list[str]) -> pd.DataFrame:
+    """A result CSV with ``columns`` of finite numbers (``direction`` aside); a DataError naming
+    the file otherwise (a hand-edited or truncated file)."""
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as err:  # pandas' parser errors are ValueErrors
+        raise DataError(f"{path}: not a readable result table ({err})") from None
+    if missing := [c for c in columns if c not in frame.columns]:
+        raise DataError(f"{path}: columns {missing} are missing (a hand-edited file?)")
+    numeric = [c for c in columns if c != "direction"]
+    values = frame[numeric].apply(pd.to_numeric, errors="coerce")
+    if (values.isna() & frame[numeric].notna()).to_numpy().any():  # text where numbers belong
+        raise DataError(f"{path}: non-numeric values in {numeric} (a hand-edited file?)")
+    if "t" in frame and len(frame) and not frame["t"].is_monotonic_increasing:
+        raise DataError(f"{path}: the t column is not increasing (a hand-edited file?)")
+    return frame
+
+
+def _frame(parts: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    frame = pd.concat(parts, ignore_index=True)
+    return frame[columns + [c for c in frame.columns if c not in columns]]
+
+
+def plot_regret(
+    run_dir: Path, ax: Axes | None = None, log_x: bool = False, over_log_t: bool = False
+) -> Axes:
+    """The regret plot of a results folder (see ``plot_regret_curves``)."""
+    results = load_results(run_dir)
+    return plot_regret_curves(
+        results.curves, ax=ax, log_x=log_x, over_log_t=over_log_t, title=results._title()
+    )
+
+
+def plot_run(run_dir: Path, log_x: bool | None = None) -> list[Path]:
+    """Write plots/regret.png and plots/communication.png (and plots/regret_over_log_t.png when
+    the experiment's ``[plot]`` asks) from the folder's files alone."""
+    from matplotlib.figure import Figure  # matplotlib loads in a fifth of a second: when drawing
+
+    run_dir = Path(run_dir)
+    results = load_results(run_dir)
+    if log_x is None:
+        log_x = results.config.plot.log_x
+    out = run_dir / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    num_clients = int(results.manifest["instance"]["num_clients"])
+    paths = []
+    figure = Figure(figsize=(7, 4.5))
+    plot_regret_curves(results.curves, figure.gca(), log_x=log_x, title=results._title())
+    paths.append(save_figure(figure, out / "regret.png"))
+    figure = Figure(figsize=(11, 4.2))
+    for ax, direction in zip(figure.subplots(1, 2), ("uplink", "downlink"), strict=True):
+        plot_communication_frame(
+            results.communication, num_clients, ax, (direction,), results.config.algorithms
+        )
+    paths.append(save_figure(figure, out / "communication.png"))
+    if results.config.plot.regret_over_log_t:
+        figure = Figure(figsize=(7, 4.5))
+        plot_regret_curves(
+            results.curves, figure.gca(), log_x=True, over_log_t=True, title=results._title()
+        )
+        paths.append(save_figure(figure, out / "regret_over_log_t.png"))
+    return paths

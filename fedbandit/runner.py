@@ -1,4 +1,5 @@
-"""Run a named experiment: every (algorithm, seed) pair on a registered runtime, resumable.
+"""Run a named experiment, or a sweep of them: every (algorithm, seed) pair on a registered
+runtime (or every (point, algorithm, seed) of a sweep, locally or on Ray), resumable.
 
 Seeds are independent tasks whose randomness depends only on (base_seed, seed index, client id),
 so the results are identical whatever the number of workers. A finished task's files are written
@@ -11,38 +12,117 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
+import time
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TextIO
 
-import numpy as np
-import pandas as pd
 import tomli_w
 from tqdm import tqdm
 
-from fedbandit.analysis import curve_grid
-from fedbandit.config import ExperimentConfig, validate_experiment
+from fedbandit.config import ExperimentConfig
 from fedbandit.errors import ConfigError, DeploymentError, RunStoppedError
-from fedbandit.instances import Instance, build_instance
+from fedbandit.executors.ray_executor import run_on_ray
+from fedbandit.instances import Instance
+from fedbandit.registry import algorithms as registered_algorithms
+from fedbandit.registry import build_instance, instance_kinds
+from fedbandit.resources import estimate_memory, task_seconds
 from fedbandit.results import (
     atomic_write_json,
     atomic_write_text,
     git_commit,
-    json_text,
     machine_facts,
     package_versions,
+    plot_run,
     read_json,
+    remove_stale_temporaries,
     seed_done,
     seed_stem,
     summarize,
+    write_files,
 )
-from fedbandit.runspec import RunSpec, RuntimeOptions
-from fedbandit.runtimes import RUNTIMES, RuntimeEntry
-from fedbandit.simulation import SeedResult, build_server
+from fedbandit.runspec import EXECUTORS, RunSpec, RuntimeOptions
+from fedbandit.runtimes import RUNTIMES
+from fedbandit.simulation import build_server, problem_spec
+from fedbandit.sweep import (
+    SweepPoint,
+    collect_table,
+    config_keys,
+    expand,
+    write_tables,
+)
 from fedbandit.threads import available_cpus, process_defaults, set_kernel_threads
 
 RESULTS_ROOT = Path("results")
+
+
+#: Seconds between progress lines when standard error is not a terminal (a log file).
+PLAIN_PROGRESS_SECONDS = 30.0
+
+
+class Progress(Protocol):
+    """What the runner asks of a progress display (tqdm's names)."""
+
+    n: int
+
+    def update(self, n: int = 1) -> object: ...
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> object: ...
+
+    def close(self) -> object: ...
+
+
+class PlainProgress:
+    """Progress for a log file or a pipe: a plain line "NAME: K/N runs done, S s" at most every
+    ``every`` seconds and one when closed, instead of a terminal's carriage-return updates."""
+
+    def __init__(
+        self,
+        total: int,
+        desc: str,
+        every: float = PLAIN_PROGRESS_SECONDS,
+        file: TextIO | None = None,
+    ) -> None:
+        self.total, self.desc, self.every = total, desc, every
+        self.file = file if file is not None else sys.stderr
+        self.n = 0
+        self.postfix = ""
+        self._started = self._shown_at = time.monotonic()
+        self._shown = 0
+
+    def _line(self) -> None:
+        elapsed = time.monotonic() - self._started
+        last = f" (last: {self.postfix})" if self.postfix else ""
+        print(
+            f"{self.desc}: {self.n}/{self.total} runs done, {elapsed:.0f} s{last}",
+            file=self.file,
+            flush=True,
+        )
+        self._shown, self._shown_at = self.n, time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if time.monotonic() - self._shown_at >= self.every:
+            self._line()
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        self.postfix = s
+
+    def close(self) -> None:
+        if self.n != self._shown or self.n == 0:
+            self._line()
+
+
+def progress_bar(total: int, desc: str, enabled: bool) -> Progress:
+    """tqdm's bar on a terminal; plain lines every ``PLAIN_PROGRESS_SECONDS`` otherwise (a log
+    file would fill with carriage-return updates); nothing when not ``enabled``."""
+    if not enabled:
+        return tqdm(total=total, disable=True)
+    if sys.stderr.isatty():
+        return tqdm(total=total, desc=desc, unit="run")
+    return PlainProgress(total, desc)
 
 
 def default_out_dir(config: ExperimentConfig) -> Path:
@@ -60,70 +140,7 @@ def run_task(spec: RunSpec, run_dir: str) -> float:
     return RUNTIMES[spec.options.runtime].run_seed(spec, Path(run_dir))
 
 
-__all__ = ["RUNTIMES", "RuntimeEntry", "run_experiment", "run_task", "write_seed_result"]
-
-
-def seed_files(
-    config: ExperimentConfig | dict[str, Any], seed: int, result: SeedResult
-) -> dict[str, str]:
-    """The files of one finished (algorithm, seed) as texts, by path relative to the run folder,
-    in the order they are written: the ``.json`` last (it marks the seed done).
-
-    The regret curve is stored at the steps of ``analysis.curve_grid(T)`` (every 2^k, T/2, T and
-    about 1,500 points spaced evenly on a log and on a linear scale), not at every step."""
-    if not isinstance(config, ExperimentConfig):
-        config = validate_experiment(config)
-    algorithm = result.algorithm
-    stem = seed_stem(Path("."), algorithm, seed)
-    grid = curve_grid(config.horizon)
-    curve = result.regret.mean_cumulative_regret()
-    if len(curve) == 0:  # every client was lost before reporting
-        curve = np.full(config.horizon, np.nan)
-    clients = pd.DataFrame(
-        {
-            "client_id": result.regret.client_ids,
-            "regret": result.regret.client_regret,
-            "pulls": result.regret.client_pulls,
-        }
-    )
-    info = {
-        "algorithm": algorithm,
-        "seed": seed,
-        "seconds": result.seconds,
-        "totals": result.totals,
-        "final_regret": float(curve[-1]),
-        "status": result.status,
-        "failure": result.failure,
-        "dropped": {str(client): round_ for client, round_ in result.dropped.items()},
-        "clients_reported": len(result.regret.client_ids),
-    }
-    regret = pd.DataFrame({"t": grid, "regret": curve[grid - 1]})
-    return {
-        str(stem.with_suffix(".regret.csv")): regret.to_csv(index=False),
-        str(stem.with_suffix(".comm.csv")): result.communication.to_csv(index=False),
-        str(stem.with_suffix(".clients.csv")): clients.to_csv(index=False),
-        str(stem.with_suffix(".json")): json_text(info),
-    }
-
-
-def write_files(run_dir: Path, files: dict[str, str]) -> None:
-    """Write ``seed_files`` output into ``run_dir``, each file atomically, in order."""
-    for relative, text in files.items():
-        atomic_write_text(Path(run_dir) / relative, text)
-
-
-def write_seed_result(
-    config: ExperimentConfig | dict[str, Any], run_dir: Path, seed: int, result: SeedResult
-) -> None:
-    """Write the files of one finished (algorithm, seed) (``seed_files``), the ``.json`` last."""
-    write_files(run_dir, seed_files(config, seed, result))
-
-
-def remove_stale_temporaries(run_dir: Path) -> None:
-    """Delete temporary files an interrupted writer left behind (final files are never partial:
-    they appear only by an atomic rename)."""
-    for stale in run_dir.rglob(".*.tmp*"):
-        stale.unlink(missing_ok=True)
+__all__ = ["run_experiment", "run_sweep", "run_task"]
 
 
 def check_out_dir(run_dir: Path) -> None:
@@ -152,11 +169,7 @@ def check_memory(
 ) -> None:
     """Refuse a run whose memory estimate exceeds what the machine has available (``force``
     runs it anyway); the message gives the estimate and what to change."""
-    from fedbandit.registry import algorithms as registered
-    from fedbandit.resources import estimate_memory
-    from fedbandit.simulation import problem_spec
-
-    specs = [registered().get(name) for name in algorithms]
+    specs = [registered_algorithms().get(name) for name in algorithms]
     estimate = estimate_memory(specs, problem_spec(instance, config.horizon), workers)
     if not estimate.fits and not force:
         raise ConfigError(
@@ -169,12 +182,10 @@ def _say_rough_time(
     config: ExperimentConfig, instance: Instance, tasks: list[RunSpec], workers: int
 ) -> None:
     """One line with a rough time when the remaining runs may take more than a minute."""
-    from fedbandit.registry import algorithms as registered
-    from fedbandit.resources import task_seconds
-    from fedbandit.simulation import problem_spec
-
     problem = problem_spec(instance, config.horizon)
-    total = sum(task_seconds(registered().get(spec.algorithm), problem) for spec in tasks)
+    total = sum(
+        task_seconds(registered_algorithms().get(spec.algorithm), problem) for spec in tasks
+    )
     seconds = total / max(min(workers, len(tasks)), 1)
     if seconds > 60:
         print(
@@ -272,11 +283,9 @@ def prepare_run_folder(
 def plugin_versions(algorithm_names: list[str], instance: Any) -> dict[str, str]:
     """Where each plugin algorithm or instance kind of the run comes from (distribution and
     entry point, with the distribution's version): a result names the code that made it."""
-    from fedbandit.registry import algorithms, instance_kinds
-
     found = {}
     for registry, names in (
-        (algorithms(), algorithm_names),
+        (registered_algorithms(), algorithm_names),
         (instance_kinds(), [str(getattr(instance, "kind", ""))]),
     ):
         for name in names:
@@ -336,7 +345,7 @@ def run_experiment(
         what = f"resuming {run_dir}: {done} of {len(every)} runs already done"
         print(f"fedbandit: {what if resumed else f'results folder {run_dir}'}", file=sys.stderr)
         _say_rough_time(config, instance, tasks, workers)
-    bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
+    bar = progress_bar(len(tasks), config.name, progress)
     failed: DeploymentError | None = None
     try:
         reason = run_tasks([(spec, run_dir) for spec in tasks], workers, bar)
@@ -363,8 +372,6 @@ def run_experiment(
 def _plot(run_dir: Path, manifest: dict[str, Any]) -> None:
     """The run's plots; the results are complete without them, so a plot that cannot be drawn
     is recorded in the manifest (``plots_error``) and reported, not raised."""
-    from fedbandit.plotting import plot_run
-
     try:
         plot_run(run_dir)
     except Exception as err:  # the files are whole; say what failed and how to redo it
@@ -402,26 +409,42 @@ def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str,
     manifest["dropped_clients"] = dropped
 
 
-def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: tqdm) -> str | None:
+def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: Progress) -> str | None:
     """Run (spec, run folder) tasks inline or in one pool of long-lived worker processes,
     advancing ``bar``; on any exception or interrupt every worker is stopped at once.
 
     Inline, a seed aborted under ``on_client_failure = "abort"`` (lost clients) ends the whole
-    run: the tasks after it are not started, and the reason is returned (None: all ran)."""
+    run: the tasks after it are not started, and the reason is returned (None: all ran). A
+    runtime that runs a command's seeds in one go (``RuntimeEntry.run_seeds``: flower-sim, one
+    simulation for all of them) gets them all at once."""
+    if not tasks:
+        return None
     if workers == 1:
-        for spec, run_dir in tasks:
-            bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
-            run_task(spec, str(run_dir))
+        stopped: list[str] = []
+
+        def finished(spec: RunSpec, run_dir: Path) -> bool:
             bar.update()
             info = read_json(seed_stem(run_dir, spec.algorithm, spec.seed).with_suffix(".json"))
             if info.get("status") == "aborted":
-                failure = info.get("failure")
-                return (
-                    f"{spec.algorithm} seed {spec.seed} aborted ({failure}); the runs after it "
-                    "were not started (--on-client-failure abort): restart the lost node, or "
-                    "choose --on-client-failure drop, and rerun with the same --out"
+                stopped.append(
+                    f"{spec.algorithm} seed {spec.seed} aborted ({info.get('failure')}); the runs "
+                    "after it were not started (--on-client-failure abort): restart the lost "
+                    "node, or choose --on-client-failure drop, and rerun with the same --out"
                 )
-        return None
+                return False
+            return True
+
+        entry = RUNTIMES[tasks[0][0].options.runtime]
+        if entry.run_seeds is not None:
+            bar.set_postfix_str(f"{len(tasks)} runs in one {entry.name} run")
+            entry.run_seeds(tasks, finished)
+        else:
+            for spec, run_dir in tasks:
+                bar.set_postfix_str(f"{spec.algorithm} seed {spec.seed}")
+                run_task(spec, str(run_dir))
+                if not finished(spec, Path(run_dir)):
+                    break
+        return stopped[0] if stopped else None
     # The workers share the cores: each runs its compiled kernels on its share of them.
     share = (max(1, available_cpus() // workers),)
     with ProcessPoolExecutor(workers, initializer=set_kernel_threads, initargs=share) as pool:
@@ -451,6 +474,162 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             process.kill()
     for process in processes:
         process.join(timeout=10)
+
+
+def run_sweep(
+    config: ExperimentConfig,
+    out_dir: Path,
+    *,
+    extra_grid: Sequence[tuple[str, list[Any]]] = (),
+    seeds: list[int] | None = None,
+    workers: int | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    progress: bool = True,
+    force: bool = False,
+) -> Path:
+    """Run every (point, algorithm, seed) of the sweep not yet done in ``out_dir``; write each
+    point's summary and the sweep's tables (``force``: run even above the memory estimate).
+    Returns ``out_dir``."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if address is not None and executor != "ray":
+        raise ConfigError("--address applies to --executor ray")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    points = expand(config, extra_grid)
+    seed_list = seeds if seeds is not None else list(range(config.seeds))
+    top = max(seed_list) + 1
+    every = sum(len(p.config.algorithms) for p in points) * len(seed_list)
+    workers = workers or min(os.cpu_count() or 1, every)
+    options = RuntimeOptions()
+    prepared = []
+    for point in points:
+        point_config = point.config.model_copy(update={"seeds": top})
+        instance = build_instance(point_config.instance)
+        preflight(point_config, instance, point_config.algorithms)
+        if executor == "local":
+            check_memory(point_config, instance, point_config.algorithms, workers, force)
+        prepared.append((point, point_config, instance))
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir)
+    sweep_path = out_dir / "sweep.json"
+    sweep_manifest = _sweep_manifest(config, points, sweep_path)
+    atomic_write_json(sweep_path, sweep_manifest)
+    tasks: list[tuple[RunSpec, Path]] = []
+    for point, point_config, instance in prepared:
+        run_dir = out_dir / "points" / point.id
+        earlier = run_dir / "manifest.json"
+        previous = read_json(earlier).get("seeds", []) if earlier.is_file() else []
+        recorded = sorted(set(previous) | set(seed_list))
+        manifest = prepare_run_folder(
+            point_config, run_dir, workers, options, instance, other_seeds=True, seeds=recorded
+        )
+        manifest["sweep_point"] = {"id": point.id, "values": point.values}
+        atomic_write_json(run_dir / "manifest.json", manifest)
+        tasks += [
+            (RunSpec(experiment=point_config, algorithm=a, seed=s, options=options), run_dir)
+            for a in point_config.algorithms
+            for s in seed_list
+            if not seed_done(run_dir, a, s)
+        ]
+    # Longest first (clients x horizon), so that no worker idles at the end on a big task.
+    tasks.sort(key=lambda task: -task[0].experiment.horizon * _clients(task[0].experiment))
+    total = every
+    if progress:
+        state = (
+            f"resuming: {total - len(tasks)} of {total} runs already done"
+            if (total - len(tasks))
+            else f"{total} runs"
+        )
+        print(f"fedbandit: sweep {out_dir}: {len(points)} points, {state}", file=sys.stderr)
+    bar = progress_bar(len(tasks), config.name, progress)
+    started = time.perf_counter()
+    try:
+        if executor == "ray":
+            _run_on_ray(tasks, address, workers, bar)
+        else:
+            run_tasks(tasks, workers, bar)
+    except BaseException:
+        remove_stale_temporaries(out_dir)  # workers have stopped: nothing is being written
+        raise
+    finally:
+        bar.close()
+    for point, point_config, _ in prepared:
+        _finish_point(out_dir / "points" / point.id, point_config)
+    table = collect_table([out_dir / "points" / p.id for p in points], keys=config_keys(points))
+    write_tables(table, out_dir)
+    sweep_manifest = read_json(sweep_path)
+    complete = all(
+        read_json(out_dir / "points" / p.id / "manifest.json")["status"] == "complete"
+        for p in points
+    )
+    sweep_manifest.update(
+        {
+            "status": "complete" if complete else "incomplete",
+            "seeds": sorted(set(sweep_manifest.get("seeds", [])) | set(seed_list)),
+            "updated": dt.datetime.now().isoformat(timespec="seconds"),
+            "wall_seconds_last_run": time.perf_counter() - started,
+            "executor": executor,
+            "workers": workers,
+        }
+    )
+    atomic_write_json(sweep_path, sweep_manifest)
+    return out_dir
+
+
+def _clients(config: ExperimentConfig) -> int:
+    return int(getattr(config.instance, "num_clients", 1) or 1)
+
+
+def _sweep_manifest(
+    config: ExperimentConfig, points: list[SweepPoint], path: Path
+) -> dict[str, Any]:
+    """sweep.json: the experiment, its points; refuses a folder holding another sweep."""
+    listed = [{"id": p.id, "values": p.values} for p in points]
+    data = config.model_dump(mode="json", exclude_none=True, by_alias=True)
+    data.pop("seeds", None)
+    if path.is_file():
+        stored = read_json(path)
+        if stored.get("points") != listed or stored.get("config") != data:
+            raise ConfigError(
+                f"{path.parent} holds another sweep (its points or configuration differ); "
+                "choose another --out"
+            )
+        stored["status"] = "incomplete"
+        return dict(stored)
+    return {
+        "experiment": config.name,
+        "created": dt.datetime.now().isoformat(timespec="seconds"),
+        "status": "incomplete",
+        "points": listed,
+        "keys": config_keys(points),
+        "config": data,
+    }
+
+
+def _run_on_ray(
+    tasks: list[tuple[RunSpec, Path]], address: str | None, workers: int, bar: Progress
+) -> None:
+    """Every task on a Ray cluster; each returns its files' texts and the driver writes them."""
+    folders = {spec.model_dump_json(): run_dir for spec, run_dir in tasks}
+
+    def on_done(spec: RunSpec, files: dict[str, str]) -> None:
+        write_files(folders[spec.model_dump_json()], files)
+        bar.update()
+
+    # A local Ray instance (no address) gets --workers CPUs; a cluster uses what it has.
+    cpus = workers if address is None else None
+    run_on_ray([spec for spec, _ in tasks], on_done, address=address, num_cpus=cpus)
+
+
+def _finish_point(run_dir: Path, config: ExperimentConfig) -> None:
+    """A point's failures, summary and status, as ``fedbandit run`` leaves them."""
+    manifest = read_json(run_dir / "manifest.json")
+    record_failures(run_dir, config, manifest)
+    manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
+    atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
+    atomic_write_json(run_dir / "manifest.json", manifest)
 
 
 def summary_table(summary: dict[str, Any]) -> str:

@@ -10,11 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fedbandit.config import ExperimentConfig
-from fedbandit.errors import ConfigError
+from fedbandit.errors import ConfigError, describe_validation
 from fedbandit.rng import run_entropy
+
+#: The runtimes by name, with what each is: the command line's ``--runtime`` choices.
+#: ``fedbandit.runtimes.RUNTIMES`` implements each one (a test checks that they agree).
+RUNTIME_NAMES: dict[str, str] = {
+    "local": "in-process, seeds in parallel worker processes",
+    "flower-sim": "Flower's simulation runtime (Ray), virtual SuperNodes",
+    "flower": "a Flower deployment: SuperLink and SuperNodes on hosts",
+}
+#: How the tasks of a sweep may run: this machine's worker processes, or a Ray cluster.
+EXECUTORS = ("local", "ray")
 
 
 class RuntimeOptions(BaseModel):
@@ -25,7 +35,7 @@ class RuntimeOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    runtime: str = Field("local", description="a name registered in fedbandit.runtimes.RUNTIMES")
+    runtime: str = Field("local", description="a name of RUNTIME_NAMES")
     nodes: int | None = Field(None, ge=1, description="virtual SuperNodes of flower-sim")
     on_client_failure: Literal["abort", "drop"] = Field(
         "abort", description="a lost node stops the seed (abort) or its clients leave (drop)"
@@ -46,11 +56,9 @@ class RuntimeOptions(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RuntimeOptions:
-        from fedbandit.runtimes import RUNTIMES
-
-        if self.runtime not in RUNTIMES:
+        if self.runtime not in RUNTIME_NAMES:
             raise ValueError(
-                f"unknown runtime {self.runtime!r}; known runtimes: {', '.join(RUNTIMES)}"
+                f"unknown runtime {self.runtime!r}; known runtimes: {', '.join(RUNTIME_NAMES)}"
             )
         if self.runtime == "flower":
             if not self.superlink:
@@ -84,10 +92,6 @@ class RuntimeOptions(BaseModel):
     @staticmethod
     def of(**values: Any) -> RuntimeOptions:
         """Validated options; a wrong value is a ``ConfigError`` naming the option."""
-        from pydantic import ValidationError
-
-        from fedbandit.config import describe_validation
-
         try:
             return RuntimeOptions(**values)
         except ValidationError as err:

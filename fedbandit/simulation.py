@@ -1,4 +1,5 @@
-"""Run one algorithm on one instance for one seed, in-process."""
+"""Build a federation by name (the registry's algorithm on an instance) and run one seed of it
+in-process; every runtime builds its server and client groups through here."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from fedbandit.algorithms import AlgorithmSpec, Hyperparameters, ProblemSpec, get_algorithm
-from fedbandit.config import describe_validation
-from fedbandit.environment import RegretRecord
-from fedbandit.errors import ConfigError
+from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec
+from fedbandit.errors import ConfigError, describe_validation
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.federation.runtime import FederationResult, InProcessRuntime, run_federation
+from fedbandit.group_environment import RegretRecord
 from fedbandit.instances import Instance
+from fedbandit.registry import algorithms
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -100,7 +101,7 @@ def build_server(
     params: Mapping[str, Any] | Hyperparameters | None = None,
 ) -> ServerLogic:
     """The server logic of one run (the ServerApp of a Flower runtime needs nothing else)."""
-    spec_entry = get_algorithm(algorithm)
+    spec_entry = algorithms().get(algorithm)
     spec = problem_spec(instance, horizon)
     spec_entry.check_problem(spec)
     return spec_entry.make_server(spec, _hyperparameters(spec_entry, params))
@@ -117,7 +118,7 @@ def build_federation(
 ) -> tuple[ServerLogic, list[ClientLogic]]:
     """The server logic and the client groups (each with its own environment) of one run; with
     ``client_ids``, a single group of just those clients (a node of a distributed runtime)."""
-    spec_entry = get_algorithm(algorithm)
+    spec_entry = algorithms().get(algorithm)
     hyper = _hyperparameters(spec_entry, params)
     spec = problem_spec(instance, horizon)
     spec_entry.check_problem(spec)

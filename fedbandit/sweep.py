@@ -1,36 +1,39 @@
-"""Parameter studies: an experiment's ``[sweep]`` table, run as one set of tasks.
+"""Parameter studies: the points of an experiment's ``[sweep]`` table, and sweep folders read back.
 
 A sweep varies config keys (dotted, as for ``--set``): ``grid`` takes the cartesian product of its
 lists, ``zip`` varies its lists together (all of one length); the points are the product of the
 grid and the zipped tuples. Each point is an ordinary experiment run in ``OUT/points/pNNN/`` (the
 harness's files, manifest, resume), and every (point, algorithm, seed) is one task of a single
-pool of long-lived worker processes (or of a Ray cluster). ``OUT/sweep.json`` lists the points and
-says whether the sweep is complete; ``sweep.csv`` has one row per (point, algorithm, seed) and
-``sweep_summary.csv`` one per (point, algorithm).
+pool of long-lived worker processes (or of a Ray cluster): ``fedbandit.runner.run_sweep``.
+``OUT/sweep.json`` lists the points and says whether the sweep is complete; ``sweep.csv`` has one
+row per (point, algorithm, seed) and ``sweep_summary.csv`` one per (point, algorithm).
 """
 
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import itertools
-import os
-import sys
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import pandas as pd
 
+from fedbandit.analysis import interval_or_none
+from fedbandit.config import (
+    ExperimentConfig,
+    SweepConfig,
+    parse_override,
+    set_values,
+    validate_experiment,
+)
 from fedbandit.errors import ConfigError
+from fedbandit.plotting import plot_sweep_parameter, plot_sweep_tradeoff, save_figure
+from fedbandit.results import atomic_write_csv, completed_seeds, read_json, seed_stem
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-    from fedbandit.config import ExperimentConfig
-    from fedbandit.runspec import RunSpec
+    from matplotlib.axes import Axes
 
 #: Columns of sweep.csv after the point's varied keys.
 ROW_COLUMNS = [
@@ -44,37 +47,6 @@ ROW_COLUMNS = [
     "downlink_bytes",
     "seconds",
 ]
-EXECUTORS = ("local", "ray")
-
-
-class SweepConfig(BaseModel):
-    """An experiment's ``[sweep]`` table: ``grid`` (cartesian product) and ``zip`` (varied
-    together) map dotted config keys to lists of values."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    grid: dict[str, list[Any]] = Field(default_factory=dict)
-    together: dict[str, list[Any]] = Field(default_factory=dict, alias="zip")
-
-    @model_validator(mode="after")
-    def _check(self) -> SweepConfig:
-        for table, values in (("grid", self.grid), ("zip", self.together)):
-            for key, listed in values.items():
-                if not listed:
-                    raise ValueError(f"sweep.{table}.{key!r} lists no values")
-                if key in ("name", "seeds", "sweep") or key.startswith("sweep."):
-                    raise ValueError(f"sweep.{table}.{key!r}: this key cannot be varied")
-        lengths = {len(v) for v in self.together.values()}
-        if len(lengths) > 1:
-            shown = ", ".join(f"{k} ({len(v)})" for k, v in self.together.items())
-            raise ValueError(f"sweep.zip lists must have one length, got {shown}")
-        if overlap := set(self.grid) & set(self.together):
-            raise ValueError(f"keys in both sweep.grid and sweep.zip: {sorted(overlap)}")
-        return self
-
-    @property
-    def keys(self) -> list[str]:
-        return [*self.grid, *self.together]
 
 
 @dataclass(frozen=True)
@@ -88,8 +60,6 @@ class SweepPoint:
 
 def parse_grid_option(text: str) -> tuple[str, list[Any]]:
     """``--grid KEY=V1,V2,...``: values read as TOML values (numbers, booleans, strings)."""
-    from fedbandit.config import parse_override
-
     key, sep, raw = text.partition("=")
     if not sep or not key.strip() or not raw.strip():
         raise ConfigError(f"--grid expects KEY=V1,V2,..., got {text!r}")
@@ -101,8 +71,6 @@ def expand(
 ) -> list[SweepPoint]:
     """The points of the experiment's sweep (plus ``--grid`` keys), each a validated experiment;
     a key or value the experiment does not take is a ConfigError naming the point's key=value."""
-    from fedbandit.config import set_values, validate_experiment
-
     sweep = config.sweep or SweepConfig()
     grid = dict(sweep.grid)
     for key, listed in extra_grid:
@@ -136,6 +104,10 @@ def expand(
     return points
 
 
+def config_keys(points: Sequence[SweepPoint]) -> list[str]:
+    return list(points[0].values) if points else []
+
+
 def seeds_of(config: ExperimentConfig, seeds: int | None, seed_range: str | None) -> list[int]:
     """The seed indices to run: ``--seed-range A:B`` (A..B-1), ``--seeds N`` or the file's."""
     if seeds is not None and seed_range is not None:
@@ -153,195 +125,6 @@ def seeds_of(config: ExperimentConfig, seeds: int | None, seed_range: str | None
     if count < 1:
         raise ConfigError(f"--seeds must be >= 1, got {count}")
     return list(range(count))
-
-
-def run_sweep(
-    config: ExperimentConfig,
-    out_dir: Path,
-    *,
-    extra_grid: Sequence[tuple[str, list[Any]]] = (),
-    seeds: list[int] | None = None,
-    workers: int | None = None,
-    executor: str = "local",
-    address: str | None = None,
-    progress: bool = True,
-    force: bool = False,
-) -> Path:
-    """Run every (point, algorithm, seed) of the sweep not yet done in ``out_dir``; write each
-    point's summary and the sweep's tables (``force``: run even above the memory estimate).
-    Returns ``out_dir``."""
-    from tqdm import tqdm
-
-    from fedbandit.instances import build_instance
-    from fedbandit.results import atomic_write_json, read_json
-    from fedbandit.runner import (
-        check_memory,
-        check_out_dir,
-        preflight,
-        prepare_run_folder,
-        run_tasks,
-    )
-    from fedbandit.runspec import RunSpec, RuntimeOptions
-
-    if executor not in EXECUTORS:
-        raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
-    if address is not None and executor != "ray":
-        raise ConfigError("--address applies to --executor ray")
-    if workers is not None and workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {workers}")
-    points = expand(config, extra_grid)
-    seed_list = seeds if seeds is not None else list(range(config.seeds))
-    top = max(seed_list) + 1
-    every = sum(len(p.config.algorithms) for p in points) * len(seed_list)
-    workers = workers or min(os.cpu_count() or 1, every)
-    options = RuntimeOptions()
-    prepared = []
-    for point in points:
-        point_config = point.config.model_copy(update={"seeds": top})
-        instance = build_instance(point_config.instance)
-        preflight(point_config, instance, point_config.algorithms)
-        if executor == "local":
-            check_memory(point_config, instance, point_config.algorithms, workers, force)
-        prepared.append((point, point_config, instance))
-    out_dir = Path(out_dir)
-    check_out_dir(out_dir)
-    sweep_path = out_dir / "sweep.json"
-    sweep_manifest = _sweep_manifest(config, points, sweep_path)
-    atomic_write_json(sweep_path, sweep_manifest)
-    tasks: list[tuple[RunSpec, Path]] = []
-    for point, point_config, instance in prepared:
-        run_dir = out_dir / "points" / point.id
-        earlier = run_dir / "manifest.json"
-        previous = read_json(earlier).get("seeds", []) if earlier.is_file() else []
-        recorded = sorted(set(previous) | set(seed_list))
-        manifest = prepare_run_folder(
-            point_config, run_dir, workers, options, instance, other_seeds=True, seeds=recorded
-        )
-        manifest["sweep_point"] = {"id": point.id, "values": point.values}
-        atomic_write_json(run_dir / "manifest.json", manifest)
-        tasks += [
-            (RunSpec(experiment=point_config, algorithm=a, seed=s, options=options), run_dir)
-            for a in point_config.algorithms
-            for s in seed_list
-            if not _done(run_dir, a, s)
-        ]
-    # Longest first (clients x horizon), so that no worker idles at the end on a big task.
-    tasks.sort(key=lambda task: -task[0].experiment.horizon * _clients(task[0].experiment))
-    total = every
-    if progress:
-        state = (
-            f"resuming: {total - len(tasks)} of {total} runs already done"
-            if (total - len(tasks))
-            else f"{total} runs"
-        )
-        print(f"fedbandit: sweep {out_dir}: {len(points)} points, {state}", file=sys.stderr)
-    bar = tqdm(total=len(tasks), desc=config.name, unit="run", disable=not progress)
-    started = time.perf_counter()
-    try:
-        if executor == "ray":
-            _run_on_ray(tasks, address, workers, bar)
-        else:
-            run_tasks(tasks, workers, bar)
-    except BaseException:
-        from fedbandit.runner import remove_stale_temporaries
-
-        remove_stale_temporaries(out_dir)  # workers have stopped: nothing is being written
-        raise
-    finally:
-        bar.close()
-    for point, point_config, _ in prepared:
-        _finish_point(out_dir / "points" / point.id, point_config)
-    table = collect_table([out_dir / "points" / p.id for p in points], keys=config_keys(points))
-    write_tables(table, out_dir)
-    sweep_manifest = read_json(sweep_path)
-    complete = all(
-        read_json(out_dir / "points" / p.id / "manifest.json")["status"] == "complete"
-        for p in points
-    )
-    sweep_manifest.update(
-        {
-            "status": "complete" if complete else "incomplete",
-            "seeds": sorted(set(sweep_manifest.get("seeds", [])) | set(seed_list)),
-            "updated": dt.datetime.now().isoformat(timespec="seconds"),
-            "wall_seconds_last_run": time.perf_counter() - started,
-            "executor": executor,
-            "workers": workers,
-        }
-    )
-    atomic_write_json(sweep_path, sweep_manifest)
-    return out_dir
-
-
-def _clients(config: ExperimentConfig) -> int:
-    return int(getattr(config.instance, "num_clients", 1) or 1)
-
-
-def config_keys(points: Sequence[SweepPoint]) -> list[str]:
-    return list(points[0].values) if points else []
-
-
-def _done(run_dir: Path, algorithm: str, seed: int) -> bool:
-    from fedbandit.results import seed_done
-
-    return seed_done(run_dir, algorithm, seed)
-
-
-def _sweep_manifest(
-    config: ExperimentConfig, points: list[SweepPoint], path: Path
-) -> dict[str, Any]:
-    """sweep.json: the experiment, its points; refuses a folder holding another sweep."""
-    from fedbandit.results import read_json
-
-    listed = [{"id": p.id, "values": p.values} for p in points]
-    data = config.model_dump(mode="json", exclude_none=True, by_alias=True)
-    data.pop("seeds", None)
-    if path.is_file():
-        stored = read_json(path)
-        if stored.get("points") != listed or stored.get("config") != data:
-            raise ConfigError(
-                f"{path.parent} holds another sweep (its points or configuration differ); "
-                "choose another --out"
-            )
-        stored["status"] = "incomplete"
-        return dict(stored)
-    return {
-        "experiment": config.name,
-        "created": dt.datetime.now().isoformat(timespec="seconds"),
-        "status": "incomplete",
-        "points": listed,
-        "keys": config_keys(points),
-        "config": data,
-    }
-
-
-def _run_on_ray(
-    tasks: list[tuple[RunSpec, Path]], address: str | None, workers: int, bar: Any
-) -> None:
-    """Every task on a Ray cluster; each returns its files' texts and the driver writes them."""
-    from fedbandit.executors.ray_executor import run_on_ray
-    from fedbandit.runner import write_files
-
-    folders = {spec.model_dump_json(): run_dir for spec, run_dir in tasks}
-
-    def on_done(spec: RunSpec, files: dict[str, str]) -> None:
-        write_files(folders[spec.model_dump_json()], files)
-        bar.update()
-
-    # A local Ray instance (no address) gets --workers CPUs; a cluster uses what it has.
-    cpus = workers if address is None else None
-    run_on_ray([spec for spec, _ in tasks], on_done, address=address, num_cpus=cpus)
-
-
-def _finish_point(run_dir: Path, config: ExperimentConfig) -> None:
-    """A point's failures, summary and status, as ``fedbandit run`` leaves them."""
-    from fedbandit.results import atomic_write_json, read_json, summarize
-    from fedbandit.runner import record_failures
-
-    manifest = read_json(run_dir / "manifest.json")
-    record_failures(run_dir, config, manifest)
-    manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
-    atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
-    atomic_write_json(run_dir / "manifest.json", manifest)
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -366,10 +149,6 @@ def varied_keys(configs: Iterable[dict[str, Any]]) -> list[str]:
 def collect_table(run_dirs: Sequence[Path], keys: list[str] | None = None) -> pd.DataFrame:
     """One row per (run folder, algorithm, finished seed): the varied config keys (given, or
     those that differ between the folders), final regret, rounds, communication, seconds."""
-    import pandas as pd
-
-    from fedbandit.results import completed_seeds, read_json, seed_stem
-
     manifests = []
     for run_dir in run_dirs:
         path = Path(run_dir) / "manifest.json"
@@ -407,10 +186,6 @@ def collect_table(run_dirs: Sequence[Path], keys: list[str] | None = None) -> pd
 def summarize_table(table: pd.DataFrame) -> pd.DataFrame:
     """Per (point, algorithm): mean final regret, its 95% Student-t interval (clipped at 0; none
     for one seed), the number of seeds, and the mean communication."""
-    import pandas as pd
-
-    from fedbandit.analysis import interval_or_none
-
     keys = [c for c in table.columns if c not in ("point", *ROW_COLUMNS)]
     rows = []
     for (point, algorithm), group in table.groupby(["point", "algorithm"], sort=False):
@@ -436,8 +211,6 @@ def summarize_table(table: pd.DataFrame) -> pd.DataFrame:
 
 def write_tables(table: pd.DataFrame, out: Path) -> tuple[Path, Path]:
     """sweep.csv and sweep_summary.csv into folder ``out`` (atomically)."""
-    from fedbandit.results import atomic_write_csv
-
     out = Path(out)
     atomic_write_csv(out / "sweep.csv", table)
     atomic_write_csv(out / "sweep_summary.csv", summarize_table(table))
@@ -455,22 +228,16 @@ class SweepResults:
     manifest: dict[str, Any]
     sweep_dir: Path
 
-    def plot_parameter(self, key: str, ax: Any = None) -> Any:
-        from fedbandit.plotting import plot_sweep_parameter
-
+    def plot_parameter(self, key: str, ax: Axes | None = None) -> Axes:
         return plot_sweep_parameter(self.summary, key, ax=ax)
 
-    def plot_tradeoff(self, ax: Any = None, bytes_axis: bool = False) -> Any:
-        from fedbandit.plotting import plot_sweep_tradeoff
-
+    def plot_tradeoff(self, ax: Axes | None = None, bytes_axis: bool = False) -> Axes:
         return plot_sweep_tradeoff(self.summary, ax=ax, bytes_axis=bytes_axis)
 
 
 def load_sweep(sweep_dir: str | Path) -> SweepResults:
     """Read a sweep folder made by ``fedbandit sweep`` (the tables are rebuilt from the point
     folders, so an interrupted sweep shows what finished)."""
-    from fedbandit.results import read_json
-
     sweep_dir = Path(sweep_dir)
     path = sweep_dir / "sweep.json"
     if not path.is_file():
@@ -484,3 +251,33 @@ def load_sweep(sweep_dir: str | Path) -> SweepResults:
 
 def is_sweep(folder: Path) -> bool:
     return (Path(folder) / "sweep.json").is_file()
+
+
+def varying_keys(summary: pd.DataFrame, keys: Sequence[str]) -> list[str]:
+    """The ``keys`` whose values differ between the rows of a sweep's summary."""
+    return [
+        key for key in keys if key in summary and summary[key].astype(str).nunique(dropna=False) > 1
+    ]
+
+
+def plot_sweep(sweep_dir: Path) -> list[Path]:
+    """plots/regret_vs_KEY.png for every key whose finished points hold two or more values (a key
+    listed with one value would average every other key into one column of points) and
+    plots/regret_vs_communication.png, from the sweep folder's files alone."""
+    from matplotlib.figure import Figure  # matplotlib loads in a fifth of a second: when drawing
+
+    results = load_sweep(sweep_dir)
+    if results.table.empty:
+        raise ConfigError(f"{sweep_dir}: no run of the sweep has finished yet: nothing to plot")
+    out = Path(sweep_dir) / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for key in varying_keys(results.summary, results.keys):
+        figure = Figure(figsize=(7.5, 4.5))
+        plot_sweep_parameter(results.summary, key, figure.gca())
+        name = key.replace("/", "_")
+        paths.append(save_figure(figure, out / f"regret_vs_{name}.png"))
+    figure = Figure(figsize=(7.5, 4.5))
+    plot_sweep_tradeoff(results.summary, figure.gca())
+    paths.append(save_figure(figure, out / "regret_vs_communication.png"))
+    return paths

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fedbandit.algorithms import get_algorithm
+from fedbandit.api import get_algorithm
 from fedbandit.contextual.instances import ContextualParams, contextual_instance
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.instances import (

@@ -1,5 +1,6 @@
 """The public Python API: ``fedbandit.run``, ``load_results``, ``Results``, ``simulate``."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -146,3 +147,38 @@ def test_a_notebook_script_runs_fedpe_and_a_plugin_algorithm(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "['fed_ucb (3 seeds)', 'fedpe (3 seeds)']"
     assert (tmp_path / "regret.png").stat().st_size > 10_000
+
+
+def test_long_horizons_get_tick_labels_that_do_not_run_into_each_other():
+    """fedpe_synthetic's T = 2^17 on a linear axis: compact labels ("120k"), no two touching."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from fedbandit.plotting import compact_label, plot_regret_curves
+
+    t = np.unique(np.geomspace(1, 2**17, 300).astype(int))
+    curves = pd.DataFrame(
+        [
+            {"algorithm": algorithm, "seed": seed, "t": step, "regret": np.sqrt(step) * factor}
+            for algorithm, factor in (("fedpe", 1.0), ("local_ucb", 3.0))
+            for seed in range(3)
+            for step in t
+        ]
+    )
+    figure = Figure(figsize=(7, 4.5))
+    ax = plot_regret_curves(curves, figure.gca(), title="fedpe_synthetic")
+    canvas = FigureCanvasAgg(figure)
+    figure.tight_layout()
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    labels = [label for label in ax.get_xticklabels() if label.get_text()]
+    texts = [label.get_text() for label in labels]
+    assert "100k" in texts and all(len(text) <= 4 for text in texts), texts
+    boxes = sorted((label.get_window_extent(renderer) for label in labels), key=lambda b: b.x0)
+    assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes)), texts
+    assert [compact_label(v) for v in (0, 800, 1000, 2500, 120000, 131072, 2.5e6)] == [
+        "0", "800", "1k", "2.5k", "120k", "131.1k", "2.5M",
+    ]  # fmt: skip

@@ -9,7 +9,7 @@ from fedbandit.bench import BENCHMARKS, _exponents, _per_client, format_table
 
 
 def test_paper_and_scale_are_registered():
-    assert {"design", "fedpe", "paper", "scale", "linucb", "deploy"} <= set(BENCHMARKS)
+    assert {"design", "fedpe", "paper", "scale", "linucb", "flowersim", "deploy"} <= set(BENCHMARKS)
 
 
 def test_paper_table():
@@ -64,3 +64,17 @@ def test_sweep_benchmark_measures_the_overhead_ratio():
     assert result["overhead_ratio"] == pytest.approx(expected, rel=1e-12)
     assert result["overhead_ratio"] > 0.5
     assert "overhead ratio" in format_table("sweep", result)
+
+
+@pytest.mark.slow
+def test_flowersim_benchmark_runs_the_commands_side_by_side():
+    """Both runtimes with 1 and 3 seeds (quick); the ratios are the measured seconds' ratios."""
+    result = BENCHMARKS["flowersim"](quick=True)
+    assert result["seeds"] == 3
+    ratio = result["flower_sim_many_seeds_seconds"] / result["flower_sim_one_seed_seconds"]
+    assert result["flower_sim_many_over_one"] == pytest.approx(ratio, rel=1e-12)
+    extra = result["flower_sim_later_seed_seconds"] - result["local_later_seed_seconds"]
+    assert result["later_seed_cost_over_local"] == pytest.approx(extra, rel=1e-12)
+    assert 0 < result["local_later_seed_seconds"] < result["flower_sim_later_seed_seconds"]
+    table = format_table("flowersim", result)
+    assert "flower-sim" in table and "local (1 worker)" in table and "<= 2" in table

@@ -14,7 +14,7 @@ from fedbandit.datasets import ClassificationContextualParams, DatasetError
 from fedbandit.datasets.contextual import contextual_from_data, dirichlet_partition
 from fedbandit.datasets.tables import bundled_dataset
 from fedbandit.errors import DataError
-from fedbandit.instances import build_instance
+from fedbandit.registry import build_instance
 from fedbandit.rng import REWARD_DOMAIN, client_generators
 from fedbandit.runner import run_experiment
 from fedbandit.simulation import simulate

@@ -32,7 +32,7 @@ from fedbandit.datasets import (
 )
 from fedbandit.datasets.tables import bundled_dataset, classification_instance, fit_thetas
 from fedbandit.errors import DataError, FedbanditError
-from fedbandit.instances import build_instance
+from fedbandit.registry import build_instance
 from fedbandit.runner import run_experiment
 from fedbandit.simulation import simulate
 

@@ -89,7 +89,7 @@ def test_codec_rejects_non_finite_values_and_foreign_records():
 
 def test_contextual_protocol_gives_the_same_results_on_flower_sim():
     from fedbandit.flower.simulation import simulate_flower
-    from fedbandit.instances import build_instance
+    from fedbandit.registry import build_instance
 
     config = load_experiment("contextual_tiny", ["horizon=40", "seeds=1"])
     entropy = run_entropy(config.base_seed, 0)
@@ -104,6 +104,35 @@ def test_contextual_protocol_gives_the_same_results_on_flower_sim():
     np.testing.assert_array_equal(flower.regret.increment_diff, local.regret.increment_diff)
     np.testing.assert_array_equal(flower.regret.client_regret, local.regret.client_regret)
     assert flower.totals == local.totals and flower.totals["uplink_scalars"] > 0
+
+
+def test_authors_code_gives_the_same_results_on_flower_sim():
+    """fidelity = "authors_code" of the three protocols in one Flower simulation (run-ahead on,
+    3 nodes): regret and communication of the in-process runs."""
+    from fedbandit.flower.simulation import simulate_flower_seeds
+    from fedbandit.registry import build_instance
+
+    algorithms = ["dislinucb", "async_linucb", "fedlinucb"]
+    listed = [*algorithms, "oful", "central_linucb"]  # the file has params for the last two
+    overrides = ["horizon=150", "seeds=1", f"algorithms={json.dumps(listed)}"]
+    overrides += [f"params.{name}.fidelity='authors_code'" for name in algorithms]
+    experiment = load_experiment("fed_contextual_published_tiny", overrides)
+    experiment = experiment.model_copy(update={"sweep": None})
+    options = RuntimeOptions(runtime="flower-sim", nodes=3)
+    specs = [
+        RunSpec(experiment=experiment, algorithm=name, seed=0, options=options)
+        for name in algorithms
+    ]
+    results = {}
+    simulate_flower_seeds(specs, lambda spec, result: results.setdefault(spec.algorithm, result))
+    for spec in specs:
+        local = simulate(
+            build_instance(spec.experiment.instance), spec.algorithm, 150, spec.entropy,
+            spec.experiment.hyperparameters(spec.algorithm),
+        )  # fmt: skip
+        flower = results[spec.algorithm]
+        np.testing.assert_array_equal(flower.regret.increment_diff, local.regret.increment_diff)
+        assert flower.totals == local.totals and local.totals["uplink_scalars"] > 0
 
 
 def test_cli_flower_sim_run_matches_the_local_run(tmp_path):
@@ -142,6 +171,106 @@ def test_cli_flower_sim_run_matches_the_local_run(tmp_path):
         pd.testing.assert_frame_equal(comm[0], comm[1])
 
 
+def _same_seed_files(left, right):
+    """Every seed's regret and clients file equal as text, its communication record as a frame."""
+    names = sorted(p.relative_to(left) for p in left.glob("runs/*/seed_*.json"))
+    assert names and names == sorted(p.relative_to(right) for p in right.glob("runs/*/*.json"))
+    for name in names:
+        for suffix in (".regret.csv", ".clients.csv"):
+            path = name.with_suffix(suffix)
+            assert (left / path).read_text() == (right / path).read_text(), path
+        comm = [pd.read_csv(folder / name.with_suffix(".comm.csv")) for folder in (left, right)]
+        pd.testing.assert_frame_equal(*comm)
+
+
+def test_one_simulation_runs_every_seed_of_a_command(tmp_path, monkeypatch):
+    """flower-sim starts Flower's simulation once per command: every algorithm and seed runs on
+    the same virtual nodes, each seed from fresh client groups (a node that kept the last seed's
+    state would change the next seed's regret), with the files of the in-process run."""
+    import flwr.simulation
+
+    import fedbandit
+
+    starts = []
+    real = flwr.simulation.run_simulation
+
+    def counted(**kwargs):
+        starts.append(kwargs["num_supernodes"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", counted)
+    overrides = ["horizon=256", 'algorithms=["fedpe", "fedpe_enhanced"]']
+    options = RuntimeOptions(runtime="flower-sim", nodes=3)
+    sim = fedbandit.run(
+        "fedpe_tiny", seeds=3, overrides=overrides, runtime=options, out=tmp_path / "sim",
+        progress=False,
+    )  # fmt: skip
+    fedbandit.run(
+        "fedpe_tiny", seeds=3, overrides=overrides, out=tmp_path / "local", workers=1,
+        progress=False,
+    )  # fmt: skip
+    assert starts == [3]
+    assert sim.complete and len(sim.final_regret()) == 6
+    _same_seed_files(tmp_path / "local", tmp_path / "sim")
+
+
+def _processes_with(text: str) -> set[int]:
+    """Live processes whose command line contains ``text``."""
+    from pathlib import Path
+
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(
+                errors="replace"
+            ):
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_flower_sim_run_at_once_and_it_resumes(tmp_path):
+    """Ctrl-C during a multi-seed flower-sim run: the finished seeds stay, the ServerApp stops
+    waiting for its nodes at once (not after the round timeout), no Ray process stays behind,
+    and the same command finishes the run with the in-process files."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "sim"
+    common = ["fedpe_tiny", "--quiet", "--set", 'algorithms=["fedpe"]', "--set", "seeds=12"]
+    command = [sys.executable, "-m", "fedbandit.cli", "run", *common, "--out", str(out)]
+    command += ["--runtime", "flower-sim", "--nodes", "2"]
+    ray_before = _processes_with("fb-ray-")
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not list(out.glob("runs/fedpe/seed_*.json")):
+        time.sleep(0.05)
+    assert list(out.glob("runs/fedpe/seed_*.json")), "no seed finished"
+    os.killpg(process.pid, signal.SIGINT)
+    interrupted = time.monotonic()
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err.decode()
+    assert time.monotonic() - interrupted < 60  # the round timeout is 120 s
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "incomplete"
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*.tmp*"))
+    assert len(list(out.glob("runs/fedpe/seed_*.json"))) < 12
+    deadline = time.monotonic() + 30
+    while _processes_with("fb-ray-") - ray_before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _processes_with("fb-ray-") - ray_before, "Ray processes left behind"
+    resumed = subprocess.run(command, capture_output=True, timeout=600, check=False)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+    assert main(["run", *common, "--out", str(tmp_path / "local"), "--workers", "1"]) == 0
+    _same_seed_files(tmp_path / "local", out)
+
+
 def test_packed_layout_that_does_not_fit_is_malformed():
     from fedbandit.flower.codec import pack, unpack
 
@@ -171,7 +300,7 @@ def test_run_ahead_on_flower_sim_gives_the_per_step_results_in_few_rounds(algori
     records, communication records and totals equal the in-process per-step run's."""
     from fedbandit.flower.grid_runtime import FlowerGridRuntime
     from fedbandit.flower.simulation import simulate_flower
-    from fedbandit.instances import build_instance
+    from fedbandit.registry import build_instance
 
     config = load_experiment(
         "contextual_tiny",

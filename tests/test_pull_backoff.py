@@ -1,4 +1,5 @@
-"""fedbandit.flower.pull_backoff: the object-pull waits of Flower's SuperNode and ServerApp."""
+"""fedbandit.flower.internals.pull_backoff: the object-pull waits of Flower's SuperNode and
+ServerApp."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import types
 
 import pytest
 
-from fedbandit.flower import pull_backoff
+from fedbandit.flower.internals import pull_backoff
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_flowers_own_modules_have_the_function_it_replaces():
 def test_supernode_refuses_a_wrong_setting_in_one_line_before_starting_anything(
     monkeypatch, capsys, name, value, message
 ):
-    from fedbandit.flower import supernode_main
+    from fedbandit.flower.internals import supernode_main
 
     def no_process(*args, **kwargs):
         raise AssertionError("a process was started before the settings were checked")

@@ -1,6 +1,7 @@
 """Algorithms and instance kinds from plugins: found through entry points, in this process and in
 worker processes, and a broken plugin named rather than fatal."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -33,6 +34,51 @@ def test_builtins_are_registered_with_descriptions_and_schemas():
     kinds = {spec.kind for spec in fedbandit.list_instance_kinds()}
     assert {"paper_synthetic", "synthetic", "contextual", "table"} <= kinds
     assert fedbandit.get_algorithm("fedpe").name == "fedpe"
+
+
+def _declared(group: str) -> dict[str, str]:
+    """setup.cfg's entry points of ``group``: name -> "module:attribute"."""
+    import configparser
+
+    parser = configparser.ConfigParser()
+    parser.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    lines = parser["options.entry_points"][group].strip().splitlines()
+    return dict(tuple(part.strip() for part in line.split("=")) for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("group", "lookup"),
+    [
+        (registry.ALGORITHM_GROUP, registry.algorithms),
+        (registry.INSTANCE_GROUP, registry.instance_kinds),
+    ],
+)
+def test_builtins_are_found_as_entry_points_like_plugins(group, lookup):
+    """Every built-in is an entry point of the fedbandit distribution, declared in setup.cfg (an
+    installed copy whose metadata predates a declaration would fail here: reinstall)."""
+    declared = _declared(group)
+    found = lookup()
+    builtin = {name for name, origin in found.origins.items() if origin == "fedbandit"}
+    assert builtin == set(declared)
+    for name, target in declared.items():
+        module, attribute = target.split(":")
+        assert found.get(name) is getattr(importlib.import_module(module), attribute)
+
+
+def test_missing_builtins_say_how_to_install(monkeypatch):
+    """Run from a source folder on sys.path without installing, fedbandit has no entry points:
+    one error that says to install it, not an empty list of algorithms."""
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: [])
+    registry.refresh()
+    try:
+        with pytest.raises(ConfigError, match=r"no built-in algorithms: .*pip install -e \."):
+            registry.algorithms()
+        with pytest.raises(ConfigError, match="no built-in instance kinds"):
+            registry.instance_kinds()
+    finally:
+        monkeypatch.undo()
+        registry.refresh()
+    assert "fedpe" in registry.algorithms()
 
 
 def test_unknown_names_are_config_errors_listing_the_known_ones():

@@ -13,7 +13,7 @@ from fedbandit.config import load_experiment
 from fedbandit.federation.messages import Message
 from fedbandit.federation.run_ahead import ReplyBuffer, RunAheadRuntime, empty_round
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
-from fedbandit.instances import build_instance
+from fedbandit.registry import build_instance
 from fedbandit.simulation import build_federation
 
 CONTEXTUAL = ["dislinucb", "async_linucb", "fedlinucb", "central_linucb"]

@@ -9,7 +9,7 @@ import pytest
 import fedbandit.runner as runner
 from fedbandit.cli import main
 from fedbandit.config import ConfigError, load_experiment
-from fedbandit.plotting import plot_regret, plot_run
+from fedbandit.results import plot_regret, plot_run
 
 SUMMARY_KEYS = {
     "final_regret_mean",
@@ -205,3 +205,91 @@ def test_plots_of_an_experiment_without_communication(tmp_path):
     config = load_experiment("contextual_tiny", ["seeds=1", "horizon=64", 'algorithms=["greedy"]'])
     out = runner.run_experiment(config, tmp_path / "silent", workers=1, progress=False)
     assert (out / "plots" / "communication.png").stat().st_size > 5_000
+
+
+def test_a_runtime_that_runs_seeds_together_stops_after_an_aborted_seed(tmp_path, monkeypatch):
+    """A runtime with ``run_seeds`` (flower-sim: one simulation for the command) gets every task
+    at once; after a seed aborted by lost clients the runner tells it to start no other."""
+    import dataclasses
+    import io
+
+    from tqdm import tqdm
+
+    from fedbandit.results import atomic_write_json, seed_stem
+    from fedbandit.runspec import RunSpec
+
+    started = []
+
+    def run_seeds(tasks, finished):
+        for spec, run_dir in tasks:
+            started.append(spec.seed)
+            status = "aborted" if spec.seed == 1 else "complete"
+            info = {"status": status, "failure": "node 7 lost" if status == "aborted" else None}
+            atomic_write_json(
+                seed_stem(run_dir, spec.algorithm, spec.seed).with_suffix(".json"), info
+            )
+            if not finished(spec, run_dir):
+                return
+
+    entry = runner.RUNTIMES["local"]
+    monkeypatch.setitem(runner.RUNTIMES, "local", dataclasses.replace(entry, run_seeds=run_seeds))
+    config = load_experiment("fedpe_tiny", ["seeds=4"])
+    tasks = [(RunSpec(experiment=config, algorithm="fedpe", seed=s), tmp_path) for s in range(4)]
+    with tqdm(total=4, file=io.StringIO()) as bar:
+        reason = runner.run_tasks(tasks, 1, bar)
+        assert bar.n == 2
+    assert started == [0, 1]
+    assert reason.startswith("fedpe seed 1 aborted (node 7 lost); the runs after it were not")
+
+
+def test_a_run_of_the_algorithms_asked_for_exits_0_and_names_what_the_folder_lacks(
+    tmp_path, capsys
+):
+    out = tmp_path / "subset"
+    args = ["run", "fedpe_tiny", "--seeds", "1", "--quiet", "--set", "horizon=256"]
+    assert main([*args, "--algorithms", "fedpe", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "every run asked for is done; the folder lacks 3 runs of collaborative, fedpe_enhanced, "
+        f"local_ucb (not asked for: rerun with --out {out} without --algorithms to add them)"
+    ) in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "incomplete" and len(manifest["missing_runs"]) == 3
+    assert main([*args, "--out", str(out)]) == 0  # the rest, added
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_progress_into_a_log_file_is_plain_lines_not_carriage_returns(tmp_path):
+    """Standard error not a terminal (a log file, a pipe): a line now and then and one at the
+    end, never tqdm's carriage-return updates."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_tiny", "--seeds", "2",
+         "--workers", "1", "--set", "horizon=256", "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert "\r" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if "runs done" in line]
+    assert lines and lines[-1].startswith("fedpe_tiny: 8/8 runs done, ")
+
+
+def test_plain_progress_writes_at_most_every_interval_and_at_the_end():
+    import io
+
+    from fedbandit.runner import PlainProgress
+
+    log = io.StringIO()
+    bar = PlainProgress(5, "study", every=3600.0, file=log)
+    for _ in range(5):
+        bar.update()
+    assert log.getvalue() == ""  # within the interval: nothing yet
+    bar.set_postfix_str("fedpe seed 4")
+    bar.close()
+    assert log.getvalue().splitlines() == ["study: 5/5 runs done, 0 s (last: fedpe seed 4)"]
+    quick = PlainProgress(2, "run", every=0.0, file=io.StringIO())
+    quick.update()
+    quick.update()
+    quick.close()  # the last count was shown already: no repeated line
+    assert len(quick.file.getvalue().splitlines()) == 2

@@ -236,3 +236,17 @@ def test_a_study_is_refused_by_run_and_a_partial_run_is_incomplete(tmp_path):
     results = fedbandit.run(BASE, algorithms=["fedpe"], out=tmp_path / "part", progress=False)
     assert not results.complete
     assert results.manifest["missing_runs"] == ["local_ucb/seed_0", "local_ucb/seed_1"]
+
+
+def test_plots_are_drawn_only_for_keys_that_vary(tmp_path):
+    """A key listed with a single value (here horizon) gets no regret-vs-key plot: it would
+    average every other point into one misleading column."""
+    from fedbandit.sweep import plot_sweep, varying_keys
+
+    study = config({"grid": {"instance.num_clients": [3, 5], "horizon": [64]}}, seeds=1)
+    results = fedbandit.run_sweep(study, out=tmp_path / "s", workers=1, progress=False)
+    assert results.keys == ["instance.num_clients", "horizon"]
+    assert varying_keys(results.summary, results.keys) == ["instance.num_clients"]
+    names = sorted(path.name for path in plot_sweep(tmp_path / "s"))
+    assert names == ["regret_vs_communication.png", "regret_vs_instance.num_clients.png"]
+    assert not (tmp_path / "s" / "plots" / "regret_vs_horizon.png").exists()

@@ -1,6 +1,6 @@
-"""The warm ClientApp executor (``fedbandit.flower.warm_executor``) and its launch next to a
-SuperNode: error replies as Flower makes them, the app cache, the command lines, exit on signals
-and on the SuperNode's death, and (slow) a real deployment with identical results."""
+"""The warm ClientApp executor (``fedbandit.flower.internals.warm_executor``) and its launch next
+to a SuperNode: error replies as Flower makes them, the app cache, the command lines, exit on
+signals and on the SuperNode's death, and (slow) a real deployment with identical results."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from flwr.common.constant import ErrorCode, SubStatus
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedbandit.config import ConfigError
-from fedbandit.flower import supernode_main
-from fedbandit.flower import warm_executor as wx
 from fedbandit.flower.deployment import supernode_command
+from fedbandit.flower.internals import supernode_main
+from fedbandit.flower.internals import warm_executor as wx
 
 
 @pytest.fixture
@@ -172,7 +172,7 @@ def test_retries_stop_once_closing():
 
 def test_warm_executor_command_follows_the_supernodes_runtime_api():
     command = supernode_main.warm_executor_command(["--port", "9710", "--insecure"], 42)
-    assert command[1:3] == ["-m", "fedbandit.flower.warm_executor"]
+    assert command[1:3] == ["-m", "fedbandit.flower.internals.warm_executor"]
     assert command[3:] == [
         "--runtime-api-address",
         "127.0.0.1:9710",
@@ -192,7 +192,7 @@ def test_supernode_command_warm_and_cold():
     warm = supernode_command("127.0.0.1:9700", (0, 25), 9710, insecure=True)
     assert warm[1:6] == [
         "-m",
-        "fedbandit.flower.supernode_main",
+        "fedbandit.flower.internals.supernode_main",
         "--warm-executor",
         "--isolation",
         "process",
@@ -242,7 +242,7 @@ def start_executor(tmp_path: Path, parent_pid: int) -> tuple[subprocess.Popen, P
     command = [
         sys.executable,
         "-m",
-        "fedbandit.flower.warm_executor",
+        "fedbandit.flower.internals.warm_executor",
         "--runtime-api-address",
         f"127.0.0.1:{free_port()}",
         "--parent-pid",

@@ -9,10 +9,10 @@ from typing import Generic, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from fedbandit.environment import GroupEnvironment
 from fedbandit.errors import ConfigError
 from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
+from fedbandit.group_environment import GroupEnvironment
 
 
 @dataclass(frozen=True)

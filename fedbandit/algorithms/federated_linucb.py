@@ -6,10 +6,18 @@ any), every client that acts observes a context, pulls, updates its own statisti
 with uploads (if its trigger fires). In the synchronous order (default) every participating client
 acts in a round and uploads are processed at the round's end in client-id order; in the sequential
 order (the authors' simulations) one client, drawn uniformly, acts per global step. A download the
-server decides after a step travels in the next exchange, before anyone acts again, which is what
-the authors' simulations do at once. Statistics travel as full d x d matrices plus d-vectors per
-parameter group (d^2 + d scalars). "Total interactions" T_total is M T in synchronous rounds and T
-(global steps) in the sequential order.
+server decides after a step travels in the next exchange, before anyone acts again: the authors'
+simulations also replace a client's statistics at once, but (``fidelity = "authors_code"``) not
+its decisions, which follow at its next own pull. Statistics travel as full d x d matrices plus
+d-vectors per parameter group (d^2 + d scalars). "Total interactions" T_total is M T in
+synchronous rounds and T (global steps) in the sequential order.
+
+``fidelity`` (DisLinUCB, Async-LinUCB, FedLinUCB): ``"paper"`` (default) runs the papers' rules
+with the OFUL index on each client's current view; ``"authors_code"`` reproduces the decisions of
+the authors' published code (differences listed in each client class; checked step by step against
+transcriptions of that code in ``tests/test_contextual_reference.py``). On the authors' own
+sequential setting (``experiments/fed_contextual_published.toml``) the two differ by a factor of
+2-3 in regret, with the same communication.
 
 - ``dislinucb`` (Wang, Hu, Chen, Wang, ICLR 2020, Algorithm DisLinUCB; the authors' rule as coded
   by Li & Wang in ``cyrilli/Async-LinUCB``, ``lib/SyncLinUCB.py``, ``syncRoundTriggered``):
@@ -17,9 +25,12 @@ parameter group (d^2 + d scalars). "Total interactions" T_total is M T in synchr
   pulls since the last sync; then every client uploads its unsynced (dV, db) (one extra exchange
   in which nobody pulls) and everyone downloads the new global statistics. D (``threshold_rule``):
   ``simulation`` (default) D = T_total / (M d log T_total), the value of
-  ``SimulationHomogeneousClients.py`` (``D2``, "Sync-LinUCB-Match-Regret"), whose T counts every
-  client's steps; ``theorem`` D = (T_total / M) log(T_total) / (d M), the paper's Theorem 4 with
-  T = T_total / M steps of M agents (regret O(d sqrt(M T) log^2 T), O(M^1.5 d^3) scalars).
+  ``SimulationHomogeneousClients.py`` (``D2``, "Sync-LinUCB-Match-Regret"), whose T counts global
+  steps of one client each: in the sequential order it is the authors' D2 exactly, in the
+  synchronous order (T_total = M T) our transposition of it (310 for ``fed_contextual``);
+  ``theorem`` D = (T_total / M) log(T_total) / (d M), our transcription of the paper's Theorem 4
+  with T = T_total / M steps of M agents (about 2,580 for ``fed_contextual``; regret
+  O(d sqrt(M T) log^2 T), O(M^1.5 d^3) scalars; the statement itself was not available to check).
 - ``async_linucb`` (Li & Wang, AISTATS 2022; ``cyrilli/Async-LinUCB``, ``lib/AsyncLinUCB.py``):
   client i uploads when det(V_i) / det(V_i - dV_i) > gamma_U (``uploadCommTriggered``); the
   server keeps for each client j a buffer of the *other* clients' uploads since j's last download
@@ -29,14 +40,16 @@ parameter group (d^2 + d scalars). "Total interactions" T_total is M T in synchr
   the "Our-rare" loop): the estimate and the UCB width come from the last download
   (Sigma_down, b_down) only; local data enters only the trigger
   det(Sigma_down + dSigma) > (1 + alpha) det(Sigma_down), on which the client uploads and then
-  downloads. Our choice: Sigma_down starts at lambda I (the authors' SIGMADOW starts at 0, so
-  there every client's first pull forces a sync).
+  downloads. ``paper``: Sigma_down starts at lambda I. The authors' SIGMADOW starts at 0
+  (``authors_code``): a client plays arm 0 until its first sync, which fires when
+  det(SIGMALOC) > 0 (full rank in exact arithmetic, floating-point round-off in practice).
 - ``central_linucb``: every client uploads each sample (x, r, arm) and downloads the global
   statistics every round: the fully shared reference.
 
-The decision rule is LinUCB with the self-normalised radius (OFUL) on the client's decision view,
-for every protocol (our choice: the authors' simulations use a fixed width, 0.5 in FedLinUCB's, or
-the ``alpha_t`` radius in Li & Wang's, so that only the communication rules differ here).
+The decision rule (``paper``) is LinUCB with the self-normalised radius (OFUL) on the client's
+decision view, for every protocol, so that only the communication rules differ; ``authors_code``
+uses the authors' widths (a fixed 0.5 in FedLinUCB's script, Li & Wang's ``alpha_t`` from sample
+counts).
 
 Each protocol is one server and one client class over ``FederatedRidgeServerBase`` and
 ``FederatedRidgeClientBase`` (the round, upload and download machinery); its rules are the hooks
@@ -46,51 +59,87 @@ client).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import abstractmethod
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from fedbandit.algorithms.base import ProblemSpec
+from fedbandit.algorithms.base import AlgorithmSpec, ProblemSpec, environment_of
 from fedbandit.algorithms.linucb import POLICY_STATE, RidgeParams, RidgePolicy, model_groups
 from fedbandit.contextual.environment import ContextualEnvironment, total_interactions
+from fedbandit.contextual.ridge import count_radius
 from fedbandit.federation.messages import Message, broadcast
 from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
 
+Fidelity = Literal["paper", "authors_code"]
 
-class DisLinUCBParams(RidgeParams):
+
+class FidelityParams(RidgeParams):
+    """``fidelity``: ``"paper"`` (default): the papers' rules with our decision rule (the OFUL
+    index on the client's current view: a download counts at the client's next decision);
+    ``"authors_code"``: the decisions of the authors' published code, which differ as listed in
+    the docstrings of the protocols' client classes. Keys the authors' code sets differently
+    (``AUTHORS_DEFAULTS``) take its values there unless given."""
+
+    fidelity: Fidelity = "paper"
+    #: The authors' code's values, used with ``fidelity = "authors_code"`` where a key is not given.
+    AUTHORS_DEFAULTS: ClassVar[dict[str, Any]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _authors_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("fidelity") == "authors_code":
+            return {**cls.AUTHORS_DEFAULTS, **data}
+        return data
+
+
+class DisLinUCBParams(FidelityParams):
     """``threshold``: D of the sync trigger; default (None) by ``threshold_rule``: ``simulation``
-    T_total / (M d log T_total) (the authors' simulations), ``theorem``
-    (T_total / M) log(T_total) / (d M) (the paper's Theorem 4), T_total the total number of
-    interactions (M T in synchronous rounds, T in the sequential order). 0 syncs every round (the
-    centralised learner); inf never syncs (local learners)."""
+    T_total / (M d log T_total) (the authors' simulations' ``D2``; in the synchronous order, where
+    T_total = M T, this is our transposition of it: 310 for ``fed_contextual``, whose Theorem 4
+    value is about 2,580), ``theorem`` (T_total / M) log(T_total) / (d M) (the paper's Theorem 4),
+    T_total the total number of interactions (M T in synchronous rounds, T in the sequential
+    order). 0 syncs every round (the centralised learner); inf never syncs (local learners).
+    ``authors_code``: lambda = 0.1 (``SimulationHomogeneousClients.py``)."""
 
     threshold: float | None = Field(None, ge=0)
     threshold_rule: Literal["simulation", "theorem"] = "simulation"
     delta: float = Field(0.1, gt=0, lt=1)
+    AUTHORS_DEFAULTS: ClassVar[dict[str, Any]] = {"regularization": 0.1}
 
 
-class AsyncParams(RidgeParams):
-    """``upload_ratio`` gamma_U and ``download_ratio`` gamma_D (> 1): determinant ratios that
-    trigger an upload and a server push (Async-LinUCB). Our default: 2 for both."""
+class AsyncParams(FidelityParams):
+    """``upload_ratio`` gamma_U and ``download_ratio`` gamma_D (>= 1): determinant ratios that
+    trigger an upload and a server push (Async-LinUCB; 1 uploads on every pull that grows the
+    determinant, as the authors' ``gamma=1``). Our default: 2 for both. ``authors_code``:
+    lambda = 0.1 (``SimulationHomogeneousClients.py``)."""
 
-    upload_ratio: float = Field(2.0, gt=1)
-    download_ratio: float = Field(2.0, gt=1)
+    upload_ratio: float = Field(2.0, ge=1)
+    download_ratio: float = Field(2.0, ge=1)
     delta: float = Field(0.1, gt=0, lt=1)
+    AUTHORS_DEFAULTS: ClassVar[dict[str, Any]] = {"regularization": 0.1}
 
 
-class FedLinUCBParams(RidgeParams):
+class FedLinUCBParams(FidelityParams):
     """``communication_alpha``: a client syncs when det(V_down + dV) > (1 + alpha) det(V_down).
-    Our default: 1 (the determinant doubles)."""
+    Our default: 1 (the determinant doubles). ``authors_code``: the fixed width ``alpha`` = 0.5
+    (``beta`` of ``M-15/Federated.py``), lambda = 1 as there."""
 
     communication_alpha: float = Field(1.0, gt=0)
     delta: float = Field(0.1, gt=0, lt=1)
+    AUTHORS_DEFAULTS: ClassVar[dict[str, Any]] = {"alpha": 0.5}
 
 
 class CentralParams(RidgeParams):
     delta: float = Field(0.1, gt=0, lt=1)
+
+
+#: What a client group keeps besides the paper mode's state with ``fidelity = "authors_code"``.
+AUTHORS_STATE = ("view_count", "decision_inverse", "decision_theta", "decision_radius")
 
 
 def _logdet(gram: np.ndarray) -> np.ndarray:
@@ -103,7 +152,7 @@ class FederatedRidgeClientBase(ClientLogic):
     data not yet uploaded). Each round: take the download, if any, then observe, pull and learn;
     ``_reply`` (the protocol's upload rule) says what goes back."""
 
-    STATE = (
+    STATE: tuple[str, ...] = (
         *POLICY_STATE,
         "pending_gram",
         "pending_target",
@@ -126,6 +175,60 @@ class FederatedRidgeClientBase(ClientLogic):
         # log det of the view when it last equalled the shared statistics (sync or download)
         self.reference_logdet = learners.logdet.sum(axis=1).copy()
         self.since_sync = np.zeros(n, dtype=np.int64)
+        self.authors_code = getattr(params, "fidelity", "paper") == "authors_code"
+        if self.authors_code:
+            # The authors' LocalClient decides on AInv, UserTheta and alpha_t as of its last own
+            # pull (``localUpdate``): a download changes its statistics (and so its triggers) at
+            # once, its decisions only after its next own pull. alpha_t counts the samples in
+            # the client's statistics (``numObs_local``), which travel with the statistics.
+            self.view_count = np.zeros(learners.logdet.shape, dtype=np.int64)
+            self.decision_inverse = learners.inverse.copy()
+            self.decision_theta = learners.theta.copy()
+            self.decision_radius = self._decision_radius(np.arange(n))
+            self.STATE = (*type(self).STATE, *AUTHORS_STATE)
+
+    def _decision_radius(self, rows: np.ndarray) -> np.ndarray:
+        """authors_code: the width of the ``rows``' decisions, (len(rows), G): Li & Wang's
+        ``alpha_t`` from the samples in each client's statistics (``count_radius``)."""
+        learners = self.policy.learners
+        return count_radius(
+            self.view_count[rows],
+            learners.dim,
+            learners.regularization,
+            self.policy.sigma,
+            self.params.theta_bound,
+            self.params.delta,
+        )
+
+    def _snapshot(self, rows: np.ndarray) -> None:
+        """authors_code: the ``rows``' decisions from now on use their current view."""
+        learners = self.policy.learners
+        self.decision_inverse[rows] = learners.inverse[rows]
+        self.decision_theta[rows] = learners.theta[rows]
+        self.decision_radius[rows] = self._decision_radius(rows)
+
+    def _pulled(self, rows: np.ndarray, groups: np.ndarray) -> None:
+        """authors_code, after the ``rows``' own pulls: the sample joins the count of the view,
+        and the decision snapshot is taken (``LocalClient.localUpdate``)."""
+        self.view_count[rows, groups] += 1
+        self._snapshot(rows)
+
+    def _select(self, contexts: np.ndarray) -> np.ndarray:
+        """The arms: the OFUL index on the current view, or (authors_code) the snapshot's."""
+        if not self.authors_code:
+            return self.policy.select(contexts)
+        from fedbandit.contextual.kernels import select_arms  # numba: compiled on first use
+
+        arms = np.empty(len(contexts), dtype=np.int64)
+        select_arms(
+            self.decision_inverse,
+            self.decision_theta,
+            contexts,
+            self.policy.group,
+            self.decision_radius,
+            arms,
+        )
+        return arms
 
     def handle(self, message: Message) -> Message:
         if message.kind != "round":
@@ -133,14 +236,25 @@ class FederatedRidgeClientBase(ClientLogic):
         if "gram" in message.fields:
             self._download(message)
         contexts, active = self.env.observe()
-        arms = self.policy.select(contexts)
+        arms = self._select(contexts)
         rewards = self.env.pull(arms)
         rows, groups, x = self._learn(contexts, active, arms, rewards)
         self.pending_gram[rows, groups] += x[:, :, None] * x[:, None, :]
         self.pending_target[rows, groups] += rewards[rows, None] * x
         self.pending_count[rows, groups] += 1
         self.since_sync += active  # the client's own pulls (numObs_uploadbuffer)
-        return self._reply(message, contexts, active, arms, rewards)
+        if not self.authors_code:
+            return self._reply(message, contexts, active, arms, rewards)
+        self._pulled(rows, groups)
+        reply = self._reply(message, contexts, active, arms, rewards)
+        # The authors' server knows a client from its first decision on (``decide`` registers
+        # it): syncs and pushes skip clients that have not pulled yet. One flag, once a client.
+        joined = active & (self.env.pulls == 1)
+        return dataclasses.replace(
+            reply,
+            fields={**reply.fields, "joined": joined},
+            sparse={**reply.sparse, "joined": "joined"},
+        )
 
     def _learn(
         self, contexts: np.ndarray, active: np.ndarray, arms: np.ndarray, rewards: np.ndarray
@@ -175,6 +289,10 @@ class FederatedRidgeClientBase(ClientLogic):
             "target_delta": np.where(send[..., None], self.pending_target, 0.0),
             "send": send,
         }
+        sparse = {"gram_delta": "send", "target_delta": "send"}
+        if self.authors_code:  # the sample counts travel with the statistics (numObs)
+            fields["count_delta"] = np.where(send, self.pending_count, 0)
+            sparse["count_delta"] = "send"
         self.pending_gram[send] = 0.0
         self.pending_target[send] = 0.0
         self.pending_count[send] = 0
@@ -184,7 +302,7 @@ class FederatedRidgeClientBase(ClientLogic):
             message.round,
             message.client_ids,
             fields,
-            sparse={"gram_delta": "send", "target_delta": "send"},
+            sparse=sparse,
             known=frozenset({"send"}),
             meta={"pulls": self.env.pulls.copy()},
         )
@@ -208,6 +326,8 @@ class FederatedRidgeClientBase(ClientLogic):
         )
         self.reference_logdet[rows] = _logdet(gram)
         self.since_sync[rows] = 0
+        if self.authors_code:
+            self.view_count[rows] = message.fields["count"][rows] + self.pending_count[rows]
 
 
 class FederatedRidgeServerBase(ServerLogic):
@@ -229,6 +349,11 @@ class FederatedRidgeServerBase(ServerLogic):
         self.clients = spec.client_ids.copy()
         self.rounds_done = 0
         self.exchange = 0
+        self.authors_code = getattr(params, "fidelity", "paper") == "authors_code"
+        #: authors_code: the clients that have pulled (their ``joined`` flag), and the samples in
+        #: the global statistics (sent with every download).
+        self.registered = np.zeros(M, dtype=bool)
+        self.count = np.zeros(G, dtype=np.int64)
 
     def configure(self) -> Message | None:
         ids = self.clients
@@ -251,14 +376,13 @@ class FederatedRidgeServerBase(ServerLogic):
             "target": broadcast(self.target, n),
             "receive": receive,
         }
+        sparse = {"gram": "receive", "target": "receive"}
+        if self.authors_code:
+            fields["count"] = broadcast(self.count, n)
+            sparse["count"] = "receive"
         self.download[:] = False
         return Message(
-            "round",
-            self.exchange - 1,
-            ids,
-            fields,
-            sparse={"gram": "receive", "target": "receive"},
-            known=frozenset({"receive"}),
+            "round", self.exchange - 1, ids, fields, sparse=sparse, known=frozenset({"receive"})
         )
 
     def _interim(self, ids: np.ndarray) -> Message | None:
@@ -268,6 +392,8 @@ class FederatedRidgeServerBase(ServerLogic):
     def aggregate(self, reply: Message) -> None:
         if reply.round != self.exchange - 1:
             raise RuntimeError(f"reply for exchange {reply.round}, expected {self.exchange - 1}")
+        if "joined" in reply.fields:
+            self.registered[reply.client_ids[np.asarray(reply.fields["joined"], dtype=bool)]] = True
         self._receive(reply)
 
     @abstractmethod
@@ -280,6 +406,8 @@ class FederatedRidgeServerBase(ServerLogic):
             raise RuntimeError(f"unexpected reply kind {reply.kind!r}")
         self.gram += reply.fields["gram_delta"].sum(axis=0)
         self.target += reply.fields["target_delta"].sum(axis=0)
+        if "count_delta" in reply.fields:
+            self.count += reply.fields["count_delta"].sum(axis=0).astype(np.int64)
         return np.asarray(reply.fields["send"].any(axis=1))
 
     def drop_clients(self, client_ids: np.ndarray) -> None:
@@ -308,7 +436,15 @@ class DisLinUCBClient(FederatedRidgeClientBase):
     ``lib/SyncLinUCB.py``, ``syncRoundTriggered``): client j asks for a global sync when
     n_j * log(det V_j / det V_sync) >= D, n_j its own pulls since the last sync (the paper's
     t - t_last, in which every agent acts every step); on the server's collect, every client
-    uploads its unsynced (dV, db). D: ``dislinucb_threshold``."""
+    uploads its unsynced (dV, db). D: ``dislinucb_threshold``.
+
+    ``fidelity = "authors_code"`` (``cyrilli/Async-LinUCB``, ``lib/SyncLinUCB.py``): a client
+    decides on its view as of its last own pull (``LocalClient.localUpdate`` recomputes AInv,
+    UserTheta, alpha_t; a sync overwrites A_local, b_local only), so a sync reaches its decisions
+    after its next pull; a sync reaches only the clients that have pulled (``decide`` registers
+    a client; the others keep lambda I and their own data); the width is ``alpha_t`` =
+    sigma sqrt(d log(1 + n / (d lambda)) + 2 log(1/delta)) + sqrt(lambda), n the samples in the
+    client's statistics; lambda = 0.1 unless given."""
 
     def __init__(
         self, spec: ProblemSpec, params: DisLinUCBParams, env: ContextualEnvironment
@@ -368,7 +504,9 @@ class DisLinUCBServer(FederatedRidgeServerBase):
             return
         self._add_uploads(reply)
         self.collect = False
-        self.download[:] = True
+        # authors_code: a sync reaches the clients that have pulled (``self.clients`` of
+        # SyncLinUCB); the paper's every agent.
+        self.download[:] = self.registered if self.authors_code else True
 
 
 class DeterminantRatioClient(FederatedRidgeClientBase):
@@ -397,7 +535,13 @@ class DeterminantRatioClient(FederatedRidgeClientBase):
 
 class AsyncLinUCBClient(DeterminantRatioClient):
     """Async-LinUCB (Li & Wang, AISTATS 2022): client i uploads when
-    det(V_i) / det(V_i - dV_i) > gamma_U (``LocalClient.uploadCommTriggered``)."""
+    det(V_i) / det(V_i - dV_i) > gamma_U (``LocalClient.uploadCommTriggered``).
+
+    ``fidelity = "authors_code"`` (``lib/AsyncLinUCB.py``): as for DisLinUCB, decisions use the
+    view of the client's last own pull (a push adds to A_local at once, to AInv, UserTheta and
+    alpha_t at the next ``localUpdate``), pushes skip clients that have not pulled yet (their
+    buffer keeps every other client's uploads, as the authors' starts from the aggregate at
+    registration), the width is ``alpha_t`` and lambda = 0.1 unless given."""
 
     def __init__(self, spec: ProblemSpec, params: AsyncParams, env: ContextualEnvironment) -> None:
         super().__init__(spec, params, env)
@@ -441,7 +585,11 @@ class AsyncLinUCBServer(FederatedRidgeServerBase):
             return
         ids = self.clients
         stale = float(_logdet(self.gram)) - _logdet(self.gram - self.pending_push[ids])
-        self.download[ids] |= stale > self.push_threshold
+        push = stale > self.push_threshold
+        # authors_code: only clients that have pulled are checked (``AsyncLinUCB.clients``); a
+        # client's buffer holds every other upload until then, as the authors' buffer starts as
+        # the aggregate at registration.
+        self.download[ids] |= push & self.registered[ids] if self.authors_code else push
 
 
 class FedLinUCBClient(FederatedRidgeClientBase):
@@ -449,14 +597,40 @@ class FedLinUCBClient(FederatedRidgeClientBase):
     "Our-rare" loop): the decision view is the last download (Sigma_down, b_down) alone; the
     client's own data since then (dSigma, db) is kept aside and enters only the trigger
     det(Sigma_down + dSigma) > (1 + alpha) det(Sigma_down), on which it uploads (dSigma, db) and
-    downloads the server's statistics. Sigma_down starts at lambda I (our choice; the authors'
-    SIGMADOW starts at 0)."""
+    downloads the server's statistics.
+
+    ``fidelity = "paper"``: Sigma_down starts at lambda I and decisions use the OFUL index.
+    ``fidelity = "authors_code"``, as ``Federated.py`` does: SIGMADOW starts at 0, so until its
+    first sync a client's every index is 0 (``lstsq`` on a zero matrix) and it plays arm 0; its
+    first sync fires when np.linalg.det(SIGMALOC) > 0, which needs d independent pulls in exact
+    arithmetic and is decided by floating-point round-off in practice (often after one to three
+    pulls); decisions use the fixed width ``alpha`` = 0.5 (``beta``); the trigger is evaluated
+    with ``np.linalg.det`` (a product over parameter groups), not log determinants."""
 
     def __init__(
         self, spec: ProblemSpec, params: FedLinUCBParams, env: ContextualEnvironment
     ) -> None:
         super().__init__(spec, params, env)
         self.threshold = math.log(1.0 + params.communication_alpha)
+        self.communication_alpha = params.communication_alpha
+        if self.authors_code:
+            self.downloaded = np.zeros(env.num_clients, dtype=bool)
+            self.decision_inverse[:] = 0.0  # SIGMADOW = 0: every index 0 until a download
+            self.STATE = (*self.STATE, "downloaded")
+
+    def _decision_radius(self, rows: np.ndarray) -> np.ndarray:
+        """authors_code: the fixed width ``alpha`` (the script's ``beta`` = 0.5)."""
+        return np.full((len(rows), self.policy.learners.logdet.shape[1]), self.params.alpha)
+
+    def _pulled(self, rows: np.ndarray, groups: np.ndarray) -> None:
+        """authors_code: own pulls leave the decision view (the last download) as it is."""
+
+    def _download(self, message: Message) -> None:
+        super()._download(message)
+        if self.authors_code:
+            rows = np.flatnonzero(message.fields["receive"].any(axis=1))
+            self.downloaded[rows] = True
+            self._snapshot(rows)
 
     def _learn(
         self, contexts: np.ndarray, active: np.ndarray, arms: np.ndarray, rewards: np.ndarray
@@ -472,8 +646,13 @@ class FedLinUCBClient(FederatedRidgeClientBase):
         rewards: np.ndarray,
     ) -> Message:
         down = self.policy.learners.gram
-        growth = _logdet(down + self.pending_gram) - _logdet(down)
-        return self._upload(message, active & (growth > self.threshold))
+        if not self.authors_code:
+            growth = _logdet(down + self.pending_gram) - _logdet(down)
+            return self._upload(message, active & (growth > self.threshold))
+        down = np.where(self.downloaded[:, None, None, None], down, 0.0)
+        grown = np.prod(np.linalg.det(down + self.pending_gram), axis=-1)
+        before = (1.0 + self.communication_alpha) * np.prod(np.linalg.det(down), axis=-1)
+        return self._upload(message, active & (grown > before))
 
 
 class FedLinUCBServer(FederatedRidgeServerBase):
@@ -538,3 +717,57 @@ class CentralLinUCBServer(FederatedRidgeServerBase):
         self.gram += gram_delta.sum(axis=0)
         self.target += target_delta.sum(axis=0)
         self.download[:] = True
+
+
+P = TypeVar("P", bound=RidgeParams)
+
+
+def federated_ridge_spec(
+    name: str,
+    description: str,
+    params: type[P],
+    server: Callable[[ProblemSpec, P], FederatedRidgeServerBase],
+    client: Callable[[ProblemSpec, P, ContextualEnvironment], FederatedRidgeClientBase],
+) -> AlgorithmSpec[Any]:
+    """The registry entry of a federated ridge protocol (server and client classes)."""
+    return AlgorithmSpec(
+        name=name,
+        description=description,
+        params=params,
+        make_server=lambda spec, p: server(spec, p),
+        make_client=lambda spec, p, env: client(
+            spec, p, environment_of(env, ContextualEnvironment)
+        ),
+        contextual=True,
+    )
+
+
+#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+DISLINUCB = federated_ridge_spec(
+    "dislinucb",
+    "DisLinUCB: log-det sync trigger (Wang et al. 2020)",
+    DisLinUCBParams,
+    DisLinUCBServer,
+    DisLinUCBClient,
+)
+ASYNC_LINUCB = federated_ridge_spec(
+    "async_linucb",
+    "Async-LinUCB: upload and push ratios (Li & Wang 2022)",
+    AsyncParams,
+    AsyncLinUCBServer,
+    AsyncLinUCBClient,
+)
+FEDLINUCB = federated_ridge_spec(
+    "fedlinucb",
+    "FedLinUCB: determinant-ratio sync (He et al. 2022)",
+    FedLinUCBParams,
+    FedLinUCBServer,
+    FedLinUCBClient,
+)
+CENTRAL_LINUCB = federated_ridge_spec(
+    "central_linucb",
+    "Centralised LinUCB: every sample shared every round",
+    CentralParams,
+    CentralLinUCBServer,
+    CentralLinUCBClient,
+)

@@ -17,12 +17,18 @@ instance, disjoint otherwise).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from fedbandit.algorithms.base import Hyperparameters, ProblemSpec
+from fedbandit.algorithms.base import (
+    AlgorithmSpec,
+    Hyperparameters,
+    NoCommunicationServer,
+    ProblemSpec,
+    environment_of,
+)
 from fedbandit.contextual.environment import ContextualEnvironment
 from fedbandit.contextual.ridge import DeltaSchedule, RadiusRule, RidgeLearners, radius
 from fedbandit.federation.messages import Message
@@ -154,3 +160,40 @@ class LocalRidgeClient(ClientLogic):
         return Message(
             "done", message.round, message.client_ids, {}, meta={"pulls": self.env.pulls.copy()}
         )
+
+
+def local_ridge_spec(
+    name: str, description: str, rule: RadiusRule, schedule: DeltaSchedule
+) -> AlgorithmSpec[Any]:
+    """The registry entry of a local (no communication) ridge learner with ``rule``."""
+    return AlgorithmSpec(
+        name=name,
+        description=description,
+        params=RidgeParams,
+        make_server=lambda spec, params: NoCommunicationServer(spec),
+        make_client=lambda spec, params, env: LocalRidgeClient(
+            spec, params, rule, schedule, environment_of(env, ContextualEnvironment)
+        ),
+        contextual=True,
+    )
+
+
+#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+LINUCB_D = local_ridge_spec(
+    "linucb_d",
+    "LinUCB-d: self-normalised radius, delta_t = 1/t^2 (Wu et al. 2020)",
+    "self_normalized",
+    "inverse_square",
+)
+LINUCB = local_ridge_spec(
+    "linucb", "LinUCB with a fixed alpha (Li et al. 2010), per client", "fixed", "constant"
+)
+OFUL = local_ridge_spec(
+    "oful",
+    "OFUL: self-normalised radius, constant delta (Abbasi-Yadkori 2011)",
+    "self_normalized",
+    "constant",
+)
+GREEDY = local_ridge_spec(
+    "greedy", "Ridge estimates without an exploration bonus, per client", "zero", "constant"
+)

@@ -26,7 +26,13 @@ import numba
 import numpy as np
 from pydantic import Field
 
-from fedbandit.algorithms.base import Hyperparameters, ProblemSpec
+from fedbandit.algorithms.base import (
+    AlgorithmSpec,
+    Hyperparameters,
+    NoCommunicationServer,
+    ProblemSpec,
+    environment_of,
+)
 from fedbandit.environment import BanditEnvironment
 from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic
@@ -163,3 +169,15 @@ class LocalUCBClient(ClientLogic):
         return Message(
             "done", message.round, message.client_ids, {}, meta={"pulls": env.pulls.copy()}
         )
+
+
+#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+LOCAL_UCB: AlgorithmSpec[LocalUCBParams] = AlgorithmSpec(
+    name="local_ucb",
+    description="Every client runs UCB on its own arms (no communication)",
+    params=LocalUCBParams,
+    make_server=lambda spec, params: NoCommunicationServer(spec),
+    make_client=lambda spec, params, env: LocalUCBClient(
+        spec, params, environment_of(env, BanditEnvironment)
+    ),
+)

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from fedbandit.algorithms.base import Hyperparameters, ProblemSpec
+from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
 from fedbandit.design import solve_design_fast
 from fedbandit.environment import BanditEnvironment
 from fedbandit.errors import ConfigError
@@ -429,3 +429,40 @@ class PhasedEliminationClient(ClientLogic):
             {"active": keep},
             meta={"pulls": self.env.pulls[rows]},
         )
+
+
+def phased_elimination_spec(name: str, description: str, variant: Variant) -> AlgorithmSpec[Any]:
+    """The registry entry of one phased-elimination variant."""
+    return AlgorithmSpec(
+        name=name,
+        description=description,
+        params=PhasedEliminationParams,
+        make_server=lambda spec, params: PhasedEliminationServer(spec, params, variant),
+        make_client=lambda spec, params, env: PhasedEliminationClient(
+            spec, params, variant, environment_of(env, BanditEnvironment)
+        ),
+        needs_shared_parameter=variant.shared,
+    )
+
+
+#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+FEDPE = phased_elimination_spec(
+    "fedpe",
+    "Fed-PE, disjoint parameters (Huang et al. 2021)",
+    Variant("direction", "phase", shared=False),
+)
+FEDPE_SHARED = phased_elimination_spec(
+    "fedpe_shared",
+    "Fed-PE, one parameter shared by all arms (Huang et al. 2021)",
+    Variant("direction", "phase", shared=True),
+)
+FEDPE_ENHANCED = phased_elimination_spec(
+    "fedpe_enhanced",
+    "Enhanced Fed-PE: all past phases, log-based width",
+    Variant("direction", "cumulative", shared=False),
+)
+COLLABORATIVE = phased_elimination_spec(
+    "collaborative",
+    "Full-information least squares with the same phases (reference)",
+    Variant("least_squares", "cumulative", shared=False),
+)

@@ -15,9 +15,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fedbandit.contextual.environment import ContextualEnvironment
+from fedbandit.contextual.instances import ContextualParams, contextual_instance
+from fedbandit.federation.messages import Message
+from fedbandit.instances import PaperSyntheticParams, paper_synthetic
+from fedbandit.simulation import problem_spec, simulate
+
+# The benchmarks' heavier parts (numba kernels, cvxpy, pandas, Flower) are imported by the
+# benchmark that uses them, so that `fedbandit --help` can list the benchmarks quickly.
 
 _SCALE_CHILD = """
 import json, resource, sys, time
@@ -54,9 +64,6 @@ def bench_design(quick: bool = False) -> dict[str, Any]:
 
 def bench_fedpe(quick: bool = False) -> dict[str, Any]:
     """Fed-PE in the paper's synthetic setting (M=100, K=10, d=3, T=2^17), one seed."""
-    from fedbandit.instances import PaperSyntheticParams, paper_synthetic
-    from fedbandit.simulation import simulate
-
     horizon = 2**14 if quick else 2**17
     instance = paper_synthetic(PaperSyntheticParams())
     simulate(instance, "fedpe", 2**8, [0, 99])  # warm-up: imports and caches
@@ -82,9 +89,6 @@ def _local_ucb_seconds(horizon: int, seeds: int) -> tuple[list[float], float]:
     from fedbandit.algorithms.local_ucb import LocalUCBClient, LocalUCBParams
     from fedbandit.bench.reference import local_ucb_numpy_loop
     from fedbandit.environment import BanditEnvironment
-    from fedbandit.federation.messages import Message
-    from fedbandit.instances import PaperSyntheticParams, paper_synthetic
-    from fedbandit.simulation import problem_spec, simulate
 
     instance = paper_synthetic(PaperSyntheticParams())
     simulate(instance, "local_ucb", 2**8, [0, 99])  # warm-up: imports, the kernel's cache
@@ -111,9 +115,8 @@ def bench_paper(quick: bool = False) -> dict[str, Any]:
     against the NumPy loop it replaced."""
     import shutil
     import tempfile
-    from pathlib import Path
 
-    import fedbandit
+    from fedbandit.api import run  # pandas and the harness: loaded when this benchmark runs
 
     horizon, seeds = (2**13, 2) if quick else (2**17, 10)
     overrides = {"horizon": horizon, "seeds": seeds}
@@ -121,7 +124,7 @@ def bench_paper(quick: bool = False) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="fedbandit-bench-paper-"))
     try:
         start = time.perf_counter()
-        results = fedbandit.run(
+        results = run(
             "fedpe_synthetic", workers=2, out=folder / "api", overrides=overrides, progress=False
         )
         experiment_seconds = time.perf_counter() - start
@@ -262,8 +265,6 @@ def bench_scale(quick: bool = False) -> dict[str, Any]:
 
 
 def _contextual_instance(num_clients: int):
-    from fedbandit.contextual.instances import ContextualParams, contextual_instance
-
     return contextual_instance(
         ContextualParams(
             setting="disjoint",
@@ -279,8 +280,6 @@ def _contextual_instance(num_clients: int):
 
 
 def _ours_decisions_per_s(num_clients: int, rounds: int) -> float:
-    from fedbandit.simulation import simulate
-
     result = simulate(_contextual_instance(num_clients), "linucb", rounds, [0, 0])
     return num_clients * rounds / result.seconds
 
@@ -292,8 +291,6 @@ def _mabwiser_decisions_per_s(decisions: int) -> float | None:
         from mabwiser.mab import MAB, LearningPolicy
     except ImportError:
         return None
-    from fedbandit.contextual.environment import ContextualEnvironment
-
     instance = _contextual_instance(1)
     env = ContextualEnvironment(instance, [0], decisions + 10, [0, 0])
     arms = list(range(instance.num_arms))
@@ -317,8 +314,6 @@ def _mabwiser_decisions_per_s(decisions: int) -> float | None:
 def bench_linucb(quick: bool = False) -> dict[str, Any]:
     """Per-decision throughput: our batched LinUCB (M = 100 clients; and M = 1) against MABWiser's
     online LinUCB, K = 10, d = 10, Gaussian contexts; plus LinUCB-d at the target size."""
-    from fedbandit.simulation import simulate
-
     rounds = 500 if quick else 3000
     ours = _ours_decisions_per_s(100, rounds)
     single = _ours_decisions_per_s(1, rounds)
@@ -335,6 +330,64 @@ def bench_linucb(quick: bool = False) -> dict[str, Any]:
         "single_client_speedup": single / peer if peer else None,
         "linucb_d_M100_T": horizon,
         "linucb_d_M100_seconds": run.seconds,
+    }
+
+
+def _command_seconds(out: Path, seeds: int, runtime: str) -> tuple[float, list[float]]:
+    """Wall seconds of ``fedbandit run fedpe_tiny`` (Fed-PE alone) with ``seeds`` seeds on
+    ``runtime`` (a process of its own, as a user runs it; local on one worker), and each seed's
+    own seconds from its result file."""
+    command = [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_tiny", "--quiet"]
+    command += ["--set", 'algorithms=["fedpe"]', "--set", f"seeds={seeds}", "--out", str(out)]
+    command += ["--runtime", runtime] + (["--workers", "1"] if runtime == "local" else [])
+    start = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, timeout=1800)
+    wall = time.perf_counter() - start
+    per_seed = [
+        float(json.loads((out / "runs" / "fedpe" / f"seed_{seed}.json").read_text())["seconds"])
+        for seed in range(seeds)
+    ]
+    return wall, per_seed
+
+
+def bench_flowersim(quick: bool = False) -> dict[str, Any]:
+    """``fedpe_tiny`` (Fed-PE, 23 exchanges a seed) with 1 and with N seeds, on flower-sim and
+    in-process, side by side: flower-sim starts its simulation once per command, so N seeds
+    should cost at most 2x one seed, and each seed after the first at most 1 s more than
+    in-process (from the seeds' own seconds, median of seeds 1..N-1; the difference of the
+    commands' wall times also carries the start-up's variation of a few seconds)."""
+    import shutil
+    import tempfile
+
+    many = 3 if quick else 10
+    folder = Path(tempfile.mkdtemp(prefix="fedbandit-bench-flowersim-"))
+    seconds: dict[str, dict[int, float]] = {"flower-sim": {}, "local": {}}
+    later: dict[str, float] = {}
+    try:
+        for runtime in ("flower-sim", "local"):
+            for seeds in (1, many):
+                out = folder / f"{runtime}-{seeds}"
+                seconds[runtime][seeds], per_seed = _command_seconds(out, seeds, runtime)
+            later[runtime] = float(np.median(per_seed[1:]))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    sim, local = seconds["flower-sim"], seconds["local"]
+    sim_extra = (sim[many] - sim[1]) / (many - 1)
+    local_extra = (local[many] - local[1]) / (many - 1)
+    return {
+        "flower_sim_later_seed_seconds": later["flower-sim"],
+        "local_later_seed_seconds": later["local"],
+        "later_seed_cost_over_local": later["flower-sim"] - later["local"],
+        "seeds": many,
+        "flower_sim_one_seed_seconds": sim[1],
+        "flower_sim_many_seeds_seconds": sim[many],
+        "local_one_seed_seconds": local[1],
+        "local_many_seeds_seconds": local[many],
+        "flower_sim_many_over_one": sim[many] / sim[1],
+        "flower_sim_seconds_per_further_seed": sim_extra,
+        "local_seconds_per_further_seed": local_extra,
+        "further_seed_cost_over_local": sim_extra - local_extra,
+        "quick": quick,
     }
 
 
@@ -360,6 +413,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "scale": bench_scale,
     "linucb": bench_linucb,
     "sweep": bench_sweep,
+    "flowersim": bench_flowersim,
     "deploy": bench_deploy,
 }
 
@@ -466,6 +520,46 @@ def format_table(name: str, result: dict[str, Any]) -> str:
         title = (
             f"sweep: {result['tasks']} tasks (3 points x 4 algorithms x 2 seeds), one pool of "
             f"long-lived workers{' [quick]' if result['quick'] else ''}"
+        )
+    elif name == "flowersim":
+        many = result["seeds"]
+        rows = [
+            (
+                "runtime",
+                "1 seed (s)",
+                f"{many} seeds (s)",
+                f"{many} / 1",
+                "per further seed, from wall (s)",
+                "a later seed, own (s)",
+            ),
+            (
+                "flower-sim",
+                f"{result['flower_sim_one_seed_seconds']:.2f}",
+                f"{result['flower_sim_many_seeds_seconds']:.2f}",
+                f"{result['flower_sim_many_over_one']:.2f}",
+                f"{result['flower_sim_seconds_per_further_seed']:.2f}",
+                f"{result['flower_sim_later_seed_seconds']:.3f}",
+            ),
+            (
+                "local (1 worker)",
+                f"{result['local_one_seed_seconds']:.2f}",
+                f"{result['local_many_seeds_seconds']:.2f}",
+                "",
+                f"{result['local_seconds_per_further_seed']:.2f}",
+                f"{result['local_later_seed_seconds']:.3f}",
+            ),
+            (
+                "targets",
+                "",
+                "",
+                "<= 2",
+                f"{result['further_seed_cost_over_local']:.2f} more",
+                f"<= 1 s more: {result['later_seed_cost_over_local']:.3f}",
+            ),
+        ]
+        title = (
+            "flowersim: `fedbandit run fedpe_tiny` (fedpe), whole commands side by side"
+            f"{' [quick]' if result['quick'] else ''}"
         )
     elif name == "deploy":
         from fedbandit.bench.deploy import format_deploy

@@ -38,13 +38,12 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:
-    from fedbandit.flower.deployment import Submission
+from fedbandit.flower.deployment import DEPLOYMENT_POLL_SECONDS, Submission
 
 #: The echo app submitted with ``flwr run`` in step 2.
 ECHO_APP_DIR = Path(__file__).parent.parent / "flower" / "echo_app"
@@ -470,8 +469,6 @@ def measure_fedpe(cluster: Cluster, sizes: Sizes, root: Path, tag: str = "fedpe"
 def echo_run_config(sizes: list[tuple[int, int]], out: Path) -> dict[str, Any]:
     """The echo app's run config: the rounds' payload sizes per node, where to write the
     timings, and fedbandit's poll interval and round deadline."""
-    from fedbandit.flower.deployment import DEPLOYMENT_POLL_SECONDS
-
     return {
         "rounds": json.dumps(sizes),
         "out": str(out),
@@ -486,8 +483,6 @@ def measure_echo(
     cluster: Cluster, submission: Submission, fedpe: dict[str, Any], root: Path
 ) -> dict[str, Any]:
     """Step 2: the echo app on the same nodes with step 1's payload sizes, against step 1."""
-    from fedbandit.flower.deployment import DEPLOYMENT_POLL_SECONDS
-
     sizes = payload_sizes(fedpe["_comm"], NUM_NODES)
     out = root / "echo" / "timings.json"
     submission.run(echo_run_config(sizes, out), "echo", done_file=out, app_dir=ECHO_APP_DIR)
@@ -563,8 +558,6 @@ def measure_in_memory(
     """Step 4: every process of steps 1-3 stopped, a SuperLink with ``--in-memory`` and four
     fresh SuperNodes, and step 1's run again: its wall time and median exchange against step 1's
     (a SuperLink database file in step 1)."""
-    from fedbandit.flower.deployment import Submission
-
     cluster.stop(list(cluster.alive))
     cluster.start_superlink("superlink-in-memory", in_memory=True)
     submission = Submission(
@@ -651,8 +644,6 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
     """Steps 1-3 on one SuperLink and four SuperNodes started (and stopped) here. State and logs
     go to a temporary folder, removed after a successful run (kept after a failure); with
     ``workdir`` they go there and are kept."""
-    from fedbandit.flower.deployment import Submission
-
     sizes = QUICK if quick else FULL
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)

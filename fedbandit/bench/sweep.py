@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedbandit.config import validate_experiment
+from fedbandit.runner import run_sweep
+from fedbandit.sweep import load_sweep
+
 
 def bench_sweep(quick: bool = False, workers: int = 2) -> dict[str, Any]:
-    from fedbandit.config import validate_experiment
-    from fedbandit.sweep import load_sweep, run_sweep
-
     clients = [100, 300, 1000] if not quick else [10, 20]
     config = validate_experiment(
         {

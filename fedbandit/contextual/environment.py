@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedbandit.contextual.instances import ContextualInstance
-from fedbandit.environment import GroupEnvironment, RegretRecord
+from fedbandit.group_environment import GroupEnvironment, RegretRecord
 from fedbandit.rng import domain_generator
 from fedbandit.state import (
     collect,
@@ -37,6 +36,7 @@ from fedbandit.state import (
 )
 
 if TYPE_CHECKING:
+    from fedbandit.contextual.instances import ContextualInstance
     from fedbandit.datasets.contextual import TabularContextualInstance
 
 #: Rounds drawn per refill (part of the stream layout: changing it changes results).

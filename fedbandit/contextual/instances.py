@@ -23,15 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fedbandit.contextual.environment import ContextualEnvironment
+from fedbandit.group_environment import GroupEnvironment
+from fedbandit.instances import InstanceKindSpec
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
-
-if TYPE_CHECKING:
-    from fedbandit.environment import GroupEnvironment
 
 #: Rejection sampling gives up when fewer than this fraction of draws survive the margin.
 MIN_ACCEPTANCE = 1e-3
@@ -111,8 +111,6 @@ class ContextualInstance:
     def make_environment(
         self, client_ids: np.ndarray | Sequence[int], horizon: int, entropy: int | Sequence[int]
     ) -> GroupEnvironment:
-        from fedbandit.contextual.environment import ContextualEnvironment
-
         return ContextualEnvironment(self, client_ids, horizon, entropy)
 
     @property
@@ -252,3 +250,12 @@ def contextual_instance(params: ContextualParams) -> ContextualInstance:
             best, best_share = candidate, share
     assert best is not None
     return best
+
+
+#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+CONTEXTUAL = InstanceKindSpec(
+    "contextual",
+    ContextualParams,
+    contextual_instance,
+    "Fresh contexts every round (LinUCB-d's diverse and non-diverse settings)",
+)

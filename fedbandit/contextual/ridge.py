@@ -43,6 +43,22 @@ def self_normalized_radius(
     return sigma * np.sqrt(np.maximum(inner, 0.0)) + math.sqrt(regularization) * theta_bound
 
 
+def count_radius(
+    counts: np.ndarray,
+    dim: int,
+    regularization: float,
+    sigma: float,
+    theta_bound: float,
+    delta: float,
+) -> np.ndarray:
+    """alpha_t = sigma sqrt(d log(1 + n / (d lambda)) + 2 log(1/delta)) + sqrt(lambda) S, n the
+    samples in the statistics: the OFUL radius with log det V / det(lambda I) replaced by its
+    bound for ||x|| <= 1, as Li & Wang's code computes it (``cyrilli/Async-LinUCB``,
+    ``lib/SyncLinUCB.py`` and ``lib/AsyncLinUCB.py``, ``LocalClient.alpha_t``, S = 1 there)."""
+    inner = dim * np.log(1.0 + counts / (dim * regularization)) + 2.0 * math.log(1.0 / delta)
+    return sigma * np.sqrt(inner) + math.sqrt(regularization) * theta_bound
+
+
 class RidgeLearners:
     """n independent ridge learners (one per client), each with G parameter groups."""
 

@@ -6,8 +6,10 @@
 - ``classification_contextual``: either of the last two as a contextual bandit (one sample per
   round from the client's own non-IID partition; reward 1{arm = label}).
 
-Builders import ``fedbandit.instances`` only when called, so ``fedbandit.instances`` can import
-this package to register the kinds without an import cycle.
+Each kind's ``InstanceKindSpec`` is declared in ``setup.cfg`` under ``fedbandit.instances``, like a
+plugin's. The instances built here are of the types defined below this package
+(``fedbandit.instances.LinearBanditInstance``, ``fedbandit.contextual.environment``'s contextual
+environment), which never import it.
 """
 
 from fedbandit.datasets.common import DatasetError, MissingDataError

@@ -9,15 +9,13 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from fedbandit.errors import DataError
 from fedbandit.errors import MissingDataError as MissingDataError
-
-if TYPE_CHECKING:
-    from fedbandit.instances import LinearBanditInstance
+from fedbandit.instances import LinearBanditInstance
 
 #: The data layer's errors (``fedbandit.errors.DataError`` under its old name for the data
 #: modules; ``MissingDataError`` is re-exported from here too).
@@ -107,8 +105,6 @@ def fixed_context_instance(
     info: dict[str, Any],
 ) -> LinearBanditInstance:
     """Disjoint-parameter instance with x_{i,a} = x_i for every arm a: features (M, K, d)."""
-    from fedbandit.instances import LinearBanditInstance  # late: instances imports this package
-
     if np.any(np.linalg.norm(client_features, axis=1) == 0):
         rows = np.flatnonzero(np.linalg.norm(client_features, axis=1) == 0)
         raise DatasetError(

@@ -33,11 +33,12 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fedbandit.contextual.environment import ContextualEnvironment
 from fedbandit.datasets.common import (
     DatasetError,
     file_sha256,
@@ -53,10 +54,9 @@ from fedbandit.datasets.tables import (
     select_classes,
     standardised_design,
 )
+from fedbandit.group_environment import GroupEnvironment
+from fedbandit.instances import InstanceKindSpec
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
-
-if TYPE_CHECKING:
-    from fedbandit.environment import GroupEnvironment
 
 KIND: Literal["classification_contextual"] = "classification_contextual"
 
@@ -175,8 +175,6 @@ class TabularContextualInstance:
     def make_environment(
         self, client_ids: np.ndarray | Sequence[int], horizon: int, entropy: int | Sequence[int]
     ) -> GroupEnvironment:
-        from fedbandit.contextual.environment import ContextualEnvironment
-
         return ContextualEnvironment(self, client_ids, horizon, entropy)
 
     @property
@@ -447,3 +445,11 @@ def build_classification_contextual(
 
 #: The registry's builder (a ``DataError`` is a ``FedbanditError``: the command line reports it).
 classification_contextual_instance = build_classification_contextual
+
+#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+CLASSIFICATION_CONTEXTUAL = InstanceKindSpec(
+    KIND,
+    ClassificationContextualParams,
+    classification_contextual_instance,
+    "A classification set as a contextual bandit with non-IID client partitions",
+)

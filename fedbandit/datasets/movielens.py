@@ -38,6 +38,7 @@ from fedbandit.datasets.common import (
     gap_statistics,
     openmp_single_thread,
 )
+from fedbandit.instances import InstanceKindSpec
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
 
 #: Bump when the preprocessing changes: old cache entries are then never read again.
@@ -366,6 +367,14 @@ def build_movielens(params: MovieLensParams) -> Any:
 
 #: The registry's builder (a ``DataError`` is a ``FedbanditError``: the command line reports it).
 movielens_instance = build_movielens
+
+#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+MOVIELENS100K = InstanceKindSpec(
+    "movielens100k",
+    MovieLensParams,
+    movielens_instance,
+    "MovieLens-100K as in the Fed-PE paper (the user supplies the file)",
+)
 
 
 def generate_ratings(

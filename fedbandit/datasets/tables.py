@@ -41,6 +41,7 @@ from fedbandit.datasets.common import (
     memoised,
     openmp_single_thread,
 )
+from fedbandit.instances import InstanceKindSpec
 from fedbandit.rng import INSTANCE_DOMAIN, domain_generator
 
 BUNDLED = ("digits", "wine", "breast_cancer", "iris")
@@ -521,3 +522,17 @@ def build_table(params: TableParams) -> Any:
 #: The registry's builders (a ``DataError`` is a ``FedbanditError``: the command line reports it).
 sklearn_instance = build_sklearn
 table_instance = build_table
+
+#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+SKLEARN = InstanceKindSpec(
+    "sklearn",
+    SklearnParams,
+    sklearn_instance,
+    "A scikit-learn bundled classification set as fixed features per client",
+)
+TABLE = InstanceKindSpec(
+    "table",
+    TableParams,
+    table_instance,
+    "A user CSV/npy/npz table as fixed features per client",
+)

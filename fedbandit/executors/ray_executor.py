@@ -20,12 +20,12 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fedbandit.errors import ConfigError, DeploymentError, FedbanditError
-
-if TYPE_CHECKING:
-    from fedbandit.runspec import RunSpec
+from fedbandit.runspec import RunSpec
+from fedbandit.runtimes import local_seed_files
+from fedbandit.threads import set_kernel_threads
 
 #: The Ray version this executor is tested with (``tests/test_ray_executor.py``).
 RAY_VERSION_TESTED = "2.55.1"
@@ -46,10 +46,6 @@ _WAIT_SECONDS = 0.5
 
 def seed_files_from_json(spec_json: str) -> dict[str, str]:
     """The body of a Ray task: rebuild the ``RunSpec`` from its JSON and run the seed here."""
-    from fedbandit.runspec import RunSpec
-    from fedbandit.runtimes import local_seed_files
-    from fedbandit.threads import set_kernel_threads
-
     set_kernel_threads(1)  # a Ray task holds one CPU (num_cpus=1)
     return local_seed_files(RunSpec.model_validate_json(spec_json))
 

@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from fedbandit.environment import GroupEnvironment, RegretRecord
 from fedbandit.federation.messages import Message
+from fedbandit.group_environment import GroupEnvironment, RegretRecord
 from fedbandit.state import collect, restore, strip_prefix, with_prefix
 
 

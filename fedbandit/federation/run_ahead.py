@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedbandit.environment import RegretRecord
 from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic
 from fedbandit.federation.runtime import InProcessRuntime
+from fedbandit.group_environment import RegretRecord
 
 __all__ = ["Ahead", "ReplyBuffer", "RunAheadRuntime", "empty_round", "rewind", "run_ahead"]
 

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedbandit.environment import RegretRecord
 from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
+from fedbandit.group_environment import RegretRecord
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -19,25 +19,25 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from logging import ERROR
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Context, Message
+from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from fedbandit.config import ExperimentConfig
+from fedbandit.config import validate_experiment
 from fedbandit.errors import FedbanditError
 from fedbandit.federation.protocol import ClientLogic
 from fedbandit.federation.run_ahead import Ahead, rewind, run_ahead
 from fedbandit.federation.runtime import FederationResult, run_federation
-from fedbandit.flower import pull_backoff
 from fedbandit.flower.codec import (
+    clear_group_state,
     decode,
     decode_ahead,
     decode_state,
@@ -52,71 +52,29 @@ from fedbandit.flower.codec import (
 )
 from fedbandit.flower.deployment import ERROR_MARK, unreachable
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
+from fedbandit.flower.internals import pull_backoff
+from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
 from fedbandit.instances import Instance
-from fedbandit.runspec import RunSpec
+from fedbandit.registry import build_instance
+from fedbandit.results import atomic_write_csv, seed_stem, write_seed_result
+from fedbandit.simulation import SeedResult, build_federation, build_server
 
 __all__ = [
     "FlowerGridRuntime",  # re-exported from fedbandit.flower.grid_runtime
-    "FlowerJob",
+    "FlowerJob",  # re-exported from fedbandit.flower.job
     "NodeStore",
     "build_client_app",
     "build_server_app",
     "discover_nodes",  # re-exported from fedbandit.flower.grid_runtime
-    "job_from_json",
-    "job_to_json",
+    "job_from_json",  # re-exported from fedbandit.flower.job
+    "job_to_json",  # re-exported from fedbandit.flower.job
     "node_clients",
     "write_latency",
 ]
 
 
-@dataclass(frozen=True)
-class FlowerJob:
-    """What the ServerApp and every node share: the run's ``RunSpec`` (experiment, algorithm,
-    seed, runtime options), the number of nodes and the server's poll interval. In a deployment
-    it travels as JSON in the run config (key ``job``) and each node validates it again, with the
-    algorithms and instance kinds registered where it runs (plugins included)."""
-
-    spec: RunSpec
-    num_nodes: int
-    poll_seconds: float = 0.01
-    results: list[FederationResult] = field(default_factory=list, compare=False)
-    #: Per-exchange latency of the last run (see ``FlowerGridRuntime.timings``).
-    timings: list[dict[str, Any]] = field(default_factory=list, compare=False)
-
-    @property
-    def config(self) -> ExperimentConfig:
-        return self.spec.experiment
-
-    @property
-    def algorithm(self) -> str:
-        return self.spec.algorithm
-
-    @property
-    def entropy(self) -> list[int]:
-        return self.spec.entropy
-
-    @property
-    def round_timeout(self) -> float:
-        return self.spec.options.round_timeout
-
-    @property
-    def start_deadline(self) -> float:
-        return self.spec.options.start_deadline
-
-    @property
-    def reconnect_seconds(self) -> float:
-        return self.spec.options.reconnect_timeout
-
-    @property
-    def on_client_failure(self) -> str:
-        return self.spec.options.on_client_failure
-
-
 @lru_cache(maxsize=4)
 def _instance(config_json: str) -> Instance:
-    from fedbandit.config import validate_experiment
-    from fedbandit.instances import build_instance
-
     return build_instance(validate_experiment(json.loads(config_json)).instance)
 
 
@@ -125,46 +83,33 @@ def _instance_of(job: FlowerJob) -> Instance:
     return _instance(job.config.model_dump_json())
 
 
-def job_to_json(job: FlowerJob) -> str:
-    """The job as the JSON text a deployment passes in the run config (key ``job``)."""
-    return json.dumps(
-        {
-            "spec": job.spec.model_dump(mode="json"),
-            "num_nodes": job.num_nodes,
-            "poll_seconds": job.poll_seconds,
-        },
-        sort_keys=True,
-    )
+#: What a simulation's ServerApp calls after each seed: (job, outcome, seconds) -> go on?
+SeedDone = Callable[[FlowerJob, FederationResult, float], bool]
+#: The ``context.state`` record that names the job whose client state the node holds.
+JOB_RECORD = "fedbandit-job"
 
 
-@lru_cache(maxsize=4)
-def job_from_json(text: str) -> FlowerJob:
-    """The job of a run config; a job that does not validate here names the problem."""
-    from pydantic import ValidationError
-
-    from fedbandit.config import describe_validation
-
-    if not text:
-        raise ValueError(
-            "the run config has no 'job': submit runs with `fedbandit run --runtime flower`"
-        )
-    data = json.loads(text)
-    if unknown := set(data) - {"spec", "num_nodes", "poll_seconds"}:
-        raise ValueError(
-            f"unknown job keys {sorted(unknown)}; known: num_nodes, poll_seconds, spec"
-        )
-    try:
-        spec = RunSpec.model_validate(data.get("spec"))
-    except ValidationError as err:
-        raise ValueError(
-            f"the job does not validate on this host: {describe_validation(err)}"
-        ) from None
-    return FlowerJob(spec, int(data.get("num_nodes", 0)), float(data.get("poll_seconds", 0.01)))
+def _jobs(jobs: FlowerJob | Sequence[FlowerJob] | None) -> list[FlowerJob] | None:
+    return [jobs] if isinstance(jobs, FlowerJob) else None if jobs is None else list(jobs)
 
 
-def _job(job: FlowerJob | None, context: Context) -> FlowerJob:
-    """The job given to the app builder (simulation) or carried by the run config (deployment)."""
-    return job if job is not None else job_from_json(str(context.run_config.get("job", "")))
+def _job(jobs: list[FlowerJob] | None, message: Message, context: Context) -> FlowerJob:
+    """The job of ``message``: one of those given to the app builder (a simulation runs several,
+    one after another; the message's ``group_id`` is its index), or the one the run config
+    carries (a deployment runs one job per Flower run). A node that held another job's client
+    state forgets it first: every job starts from its own fresh client groups."""
+    key = message.metadata.group_id or "0"
+    if jobs is None:
+        job = job_from_json(str(context.run_config.get("job", "")))
+    else:
+        if not key.isdigit() or int(key) >= len(jobs):
+            raise ValueError(f"message of unknown job {key!r}: this app runs {len(jobs)} job(s)")
+        job = jobs[int(key)]
+    held = context.state.config_records.get(JOB_RECORD)
+    if held is None or held["id"] != key:
+        clear_group_state(context.state)
+        context.state.config_records[JOB_RECORD] = ConfigRecord({"id": key})
+    return job
 
 
 def node_clients(num_clients: int, partition: int, num_partitions: int) -> np.ndarray:
@@ -231,8 +176,6 @@ def _client_logic(
     """The node's client group with its state: from ``context.state`` when the SuperNode kept
     it, else from the node's store (a restarted SuperNode): the state before ``round_`` when
     that round was already handled, else the latest."""
-    from fedbandit.simulation import build_federation
-
     config = job.config
     instance = _instance_of(job)
     node = context.node_config
@@ -265,20 +208,22 @@ def _client_logic(
     return logic, store
 
 
-def build_client_app(job: FlowerJob | None = None) -> ClientApp:
-    """The ClientApp; without ``job`` (a deployment) each message reads it from the run config."""
+def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> ClientApp:
+    """The ClientApp of ``jobs`` (a simulation: each message names its job by ``group_id``);
+    without them (a deployment) each message reads its job from the run config."""
     app = ClientApp()
+    known = _jobs(jobs)
 
     @app.query("hello")
     def hello(message: Message, context: Context) -> Message:
-        logic, _ = _client_logic(_job(job, context), context)
+        logic, _ = _client_logic(_job(known, message, context), context)
         return Message(encode_hello(logic.client_ids), reply_to=message)
 
     @app.train("step")
     def step(message: Message, context: Context) -> Message:
         started = time.perf_counter()
         request = decode(message.content)
-        logic, store = _client_logic(_job(job, context), context, request.round)
+        logic, store = _client_logic(_job(known, message, context), context, request.round)
         control = get_ahead(message.content)
         if control is not None:
             _rewind(logic, context, control[1])
@@ -297,7 +242,7 @@ def build_client_app(job: FlowerJob | None = None) -> ClientApp:
 
     @app.query("regret")
     def regret(message: Message, context: Context) -> Message:
-        logic = _client_logic(_job(job, context), context)[0]
+        logic = _client_logic(_job(known, message, context), context)[0]
         control = get_ahead(message.content)
         if control is not None:
             _rewind(logic, context, control[1])
@@ -322,37 +267,55 @@ def _rewind(logic: ClientLogic, context: Context, consumed: int) -> None:
     encode_ahead(Ahead(None, ahead.first, min(consumed, ahead.ran)), context.state)
 
 
-def build_server_app(job: FlowerJob | None = None) -> ServerApp:
-    """The ServerApp; without ``job`` (a deployment) it reads the job from the run config and
-    writes the seed's result files to the run config's ``result-dir``."""
+def build_server_app(
+    jobs: FlowerJob | Sequence[FlowerJob] | None = None,
+    on_seed: SeedDone | None = None,
+    stop: threading.Event | None = None,
+) -> ServerApp:
+    """The ServerApp. With ``jobs`` (a simulation) it runs them one after another on the same
+    nodes, each with its own client groups (its messages carry its index as ``group_id``), and
+    hands each outcome to ``on_seed`` (also kept in ``job.results``); ``on_seed`` returning
+    False, or ``stop`` being set, ends the run before the next job. Without ``jobs`` (a
+    deployment) it reads its one job from the run config and writes the seed's result files to
+    the run config's ``result-dir``."""
     app = ServerApp()
+    known = _jobs(jobs)
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        deployed = job is None
+        if known is None:
+            deployed(grid, context)
+            return
+        for index, job in enumerate(known):
+            if stop is not None and stop.is_set():
+                return
+            started = time.perf_counter()
+            run(job, grid, str(index))
+            if on_seed is not None and not on_seed(
+                job, job.results[-1], time.perf_counter() - started
+            ):
+                return
+
+    def deployed(grid: Grid, context: Context) -> None:
         started = time.perf_counter()
-        if deployed and (address := runtime_api_address(sys.argv)) is not None:
+        if (address := runtime_api_address(sys.argv)) is not None:
             exit_when_unreachable(address)
         try:
-            if deployed:  # the replies' objects: short waits
-                pull_backoff.install(pull_backoff.SERVERAPP_MODULE)
-            run(_job(job, context), grid)
-            if deployed:
-                _write_result(_job(job, context), context, time.perf_counter() - started)
+            pull_backoff.install(pull_backoff.SERVERAPP_MODULE)  # the replies' objects: short waits
+            job = job_from_json(str(context.run_config.get("job", "")))
+            run(job, grid, "")
+            _write_result(job, context, time.perf_counter() - started)
         except FedbanditError as err:  # foreseen: the driver shows this line, not the traceback
-            if deployed:
-                log(ERROR, "%s%s", ERROR_MARK, err)
+            log(ERROR, "%s%s", ERROR_MARK, err)
             raise
 
-    def run(job: FlowerJob, grid: Grid) -> None:
-        from fedbandit.simulation import build_server
-
+    def run(job: FlowerJob, grid: Grid, group: str) -> None:
         config = job.config
         instance = _instance_of(job)
         server = build_server(
             instance, job.algorithm, config.horizon, config.hyperparameters(job.algorithm)
         )
-        ranges = discover_nodes(grid, job, instance.num_clients)
+        ranges = discover_nodes(grid, job, instance.num_clients, group, stop)
         runtime = FlowerGridRuntime(
             grid,
             ranges,
@@ -360,6 +323,8 @@ def build_server_app(job: FlowerJob | None = None) -> ServerApp:
             job.poll_seconds,
             job.reconnect_seconds,
             job.spec.options.run_ahead_budget,
+            group,
+            stop,
         )
         job.results.append(run_federation(server, runtime, job.on_client_failure))
         job.timings[:] = runtime.timings
@@ -411,9 +376,6 @@ def exit_when_unreachable(
 
 def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:
     """Write the finished seed into ``result-dir`` (on the SuperLink host), as a local run does."""
-    from fedbandit.runner import write_seed_result
-    from fedbandit.simulation import SeedResult
-
     result_dir = str(context.run_config.get("result-dir", ""))
     if not result_dir:
         raise ValueError("the run config has no 'result-dir': nowhere to write the results")
@@ -430,9 +392,7 @@ def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:
 def write_latency(run_dir: Path, algorithm: str, seed: int, timings: list[dict[str, Any]]) -> None:
     """``seed_K.latency.csv``: per exchange the server compute, Flower transport and client
     compute seconds (transport = exchange wall time minus the slowest node's handler)."""
-    import pandas as pd
-
-    from fedbandit.results import atomic_write_csv, seed_stem
+    import pandas as pd  # a fifth of a second to import: only where a latency table is written
 
     frame = pd.DataFrame(timings, columns=["round", "kind", "server_s", "exchange_s", "client_s"])
     frame["transport_s"] = frame["exchange_s"] - frame["client_s"]

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from fedbandit.environment import RegretRecord
 from fedbandit.federation.messages import Message
 from fedbandit.federation.run_ahead import Ahead
+from fedbandit.group_environment import RegretRecord
 
 
 class MalformedReplyError(ValueError):
@@ -425,6 +425,16 @@ def decode_state(
         key: array.numpy().reshape(()) if key in scalars else array.numpy()
         for key, array in stored.items()
     }
+
+
+def clear_group_state(target: RecordDict) -> None:
+    """Remove a client group's state and run-ahead memory from ``target`` (``context.state``)."""
+    for key in (STATE_KEY, AHEAD_STATE_KEY):
+        if key in target.array_records:
+            del target.array_records[key]
+    for key in (SCALARS_KEY, AHEAD_SCALARS_KEY, AHEAD_INFO_KEY):
+        if key in target.config_records:
+            del target.config_records[key]
 
 
 def encode_ahead(ahead: Ahead, target: RecordDict) -> None:

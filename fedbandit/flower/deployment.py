@@ -27,15 +27,23 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import tomli_w
 
 from fedbandit.errors import ConfigError, DeploymentError
-from fedbandit.flower.simulation import FLOWER_ENVIRONMENT
+from fedbandit.flower.job import FlowerJob, job_to_json
+from fedbandit.runspec import RunSpec
 
-if TYPE_CHECKING:
-    from fedbandit.runspec import RunSpec
+# fedbandit.results (pandas, a fifth of a second) is imported by run_seed, which reads a seed's
+# files: the command lines and the SuperLink probe stay quick to import for `fedbandit --help`.
+
+#: Flower phones home and installs dependencies unless told not to; set before Flower is used.
+FLOWER_ENVIRONMENT = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+}
 
 #: Where ``flwr run`` finds the ServerApp and ClientApp (a shim over this package).
 APP_DIR = Path(__file__).with_name("flwr_app")
@@ -201,9 +209,10 @@ def supernode_command(
 
     With ``state_dir`` the node's client statistics are also saved there after every message, so
     a restarted SuperNode resumes (see ``fedbandit.flower.apps``). With ``fast_poll`` Flower's
-    SuperNode runs through ``fedbandit.flower.supernode_main`` (shorter idle poll, same
+    SuperNode runs through ``fedbandit.flower.internals.supernode_main`` (shorter idle poll, same
     arguments). With ``warm`` (needs ``fast_poll``) that launcher also starts
-    ``fedbandit.flower.warm_executor``, which runs every ClientApp task in one warm process, and
+    ``fedbandit.flower.internals.warm_executor``, which runs every ClientApp task in one warm
+    process, and
     the SuperNode runs with ``--isolation process``; without it Flower starts a new
     ``flwr-clientapp`` process per message."""
     host, _ = split_address(superlink)
@@ -217,7 +226,7 @@ def supernode_command(
     if state_dir is not None:
         node_config += f' state-dir="{Path(state_dir).resolve() / "clients"}"'
     launcher = (
-        [sys.executable, "-m", "fedbandit.flower.supernode_main"]
+        [sys.executable, "-m", "fedbandit.flower.internals.supernode_main"]
         if fast_poll
         else ["flower-supernode"]
     )
@@ -447,7 +456,6 @@ class SuperLinkLostError(DeploymentError):
 def run_seed(submission: Submission, spec: RunSpec, run_dir: Path) -> int:
     """Run one seed of ``spec`` on the deployment; the remote ServerApp writes its result files
     into ``run_dir`` (a path on the SuperLink host). Returns the Flower run id."""
-    from fedbandit.flower.apps import FlowerJob, job_to_json
     from fedbandit.results import seed_status, seed_stem
 
     job = FlowerJob(spec, num_nodes=0, poll_seconds=DEPLOYMENT_POLL_SECONDS)

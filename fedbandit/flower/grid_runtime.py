@@ -5,6 +5,7 @@ cover every client exactly once. The wire format is ``fedbandit.flower.codec``'s
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,6 @@ import numpy as np
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedbandit.environment import RegretRecord
 from fedbandit.errors import DeploymentError
 from fedbandit.federation import Message as BanditMessage
 from fedbandit.federation.run_ahead import ReplyBuffer, empty_round
@@ -27,9 +27,10 @@ from fedbandit.flower.codec import (
     handler_seconds,
     set_ahead,
 )
+from fedbandit.group_environment import RegretRecord
 
 if TYPE_CHECKING:
-    from fedbandit.flower.apps import FlowerJob
+    from fedbandit.flower.job import FlowerJob
 
 __all__ = ["FlowerGridRuntime", "discover_nodes"]
 
@@ -61,8 +62,14 @@ class FlowerGridRuntime(Runtime):
         poll_seconds: float,
         reconnect_seconds: float = 0.0,
         steps_per_round: int = 1,
+        group_id: str = "",
+        stop: threading.Event | None = None,
     ) -> None:
         self.grid, self.ranges = grid, dict(ranges)
+        #: Names the job of every message sent (a simulation runs several jobs on its nodes).
+        self.group_id = group_id
+        #: Set when the run is stopped from outside (Ctrl-C of a simulation): waits end at once.
+        self.stop = stop
         #: Logical exchanges one delivered message may carry (``fedbandit.federation.run_ahead``).
         self.steps_per_round = steps_per_round
         self.buffer = ReplyBuffer()
@@ -98,6 +105,7 @@ class FlowerGridRuntime(Runtime):
         errors: dict[int, str] = {}
         deadline = time.monotonic() + self.timeout
         while pending and time.monotonic() < deadline:
+            check_stop(self.stop)
             for reply in self.grid.pull_messages(list(pending)):
                 mid = reply.metadata.reply_to_message_id
                 if mid not in pending:  # a stray or repeated reply: not an answer we wait for
@@ -112,6 +120,9 @@ class FlowerGridRuntime(Runtime):
             if pending:
                 time.sleep(self.poll_seconds)
         return replies, errors, {node_of[mid] for mid in pending}
+
+    def _message(self, content: RecordDict, node: int, message_type: str) -> Message:
+        return Message(content, dst_node_id=node, message_type=message_type, group_id=self.group_id)
 
     def _where(self, node: int) -> str:
         return f"node {node} (clients {describe_clients(self.ranges[node])})"
@@ -255,7 +266,7 @@ class FlowerGridRuntime(Runtime):
                 failures[node] = f"lost earlier: {self.lost[node]}"
             else:
                 content = self._content(node, sent[node], budget)
-                out.append(Message(content, dst_node_id=node, message_type="train.step"))
+                out.append(self._message(content, node, "train.step"))
         served = np.concatenate([p.client_ids for p in sent.values()] + [np.empty(0, np.int64)])
         if len(served) != message.num_clients:
             unserved = np.setdiff1d(message.client_ids, served)
@@ -317,9 +328,7 @@ class FlowerGridRuntime(Runtime):
         while waiting and time.monotonic() < deadline:
             known = set(self.ranges) | set(self.dropped) | self._strangers
             new = [n for n in self.grid.get_node_ids() if n not in known]
-            hello = [
-                Message(RecordDict({}), dst_node_id=n, message_type="query.hello") for n in new
-            ]
+            hello = [self._message(RecordDict({}), n, "query.hello") for n in new]
             replies, _, _ = self._send(hello)
             for node, reply in replies.items():
                 try:
@@ -336,7 +345,7 @@ class FlowerGridRuntime(Runtime):
                 sent[node] = sent.pop(old)
                 reason = failures.pop(old)
                 content = self._content(node, sent[node], self.steps_per_round)
-                again = Message(content, dst_node_id=node, message_type="train.step")
+                again = self._message(content, node, "train.step")
                 answers, errors, _ = self._send([again])
                 try:
                     if node not in answers:
@@ -359,7 +368,7 @@ class FlowerGridRuntime(Runtime):
             content = RecordDict({})
             if self.steps_per_round > 1:  # a node that ran ahead rewinds first
                 self._set_ahead(content, node, 1)
-            messages.append(Message(content, dst_node_id=node, message_type="query.regret"))
+            messages.append(self._message(content, node, "query.regret"))
         replies, failures, silent = self._send(messages)
         failures.update({node: f"no reply within {self.timeout:g} s" for node in silent})
         records: dict[int, RegretRecord] = {}
@@ -403,7 +412,23 @@ class FlowerGridRuntime(Runtime):
 HELLO_GRACE_SECONDS = 2.0
 
 
-def discover_nodes(grid: Grid, job: FlowerJob, num_clients: int) -> dict[int, np.ndarray]:
+def check_stop(stop: threading.Event | None) -> None:
+    """Raise ``SimulationStoppedError`` when ``stop`` is set."""
+    if stop is not None and stop.is_set():
+        raise SimulationStoppedError("the simulation was stopped")
+
+
+class SimulationStoppedError(RuntimeError):
+    """The driver stopped the simulation (Ctrl-C) while this ServerApp waited for its nodes."""
+
+
+def discover_nodes(
+    grid: Grid,
+    job: FlowerJob,
+    num_clients: int,
+    group_id: str = "",
+    stop: threading.Event | None = None,
+) -> dict[int, np.ndarray]:
     """The client range of every node taking part: each connected node is asked once (a hello)
     which clients it serves, until the nodes that answered cover every client exactly once.
 
@@ -417,11 +442,15 @@ def discover_nodes(grid: Grid, job: FlowerJob, num_clients: int) -> dict[int, np
     failed: dict[int, str] = {}
     covered_at: float | None = None
     while True:
+        check_stop(stop)
         known = set(ranges) | set(failed) | set(asked.values())
         new = [n for n in grid.get_node_ids() if n not in known]
         if new:
             hello = [
-                Message(RecordDict({}), dst_node_id=n, message_type="query.hello") for n in new
+                Message(
+                    RecordDict({}), dst_node_id=n, message_type="query.hello", group_id=group_id
+                )
+                for n in new
             ]
             ids = grid.push_messages(hello)
             asked.update(zip(ids, new, strict=True))

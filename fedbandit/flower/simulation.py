@@ -1,5 +1,6 @@
-"""Run one (algorithm, seed) under Flower's simulation runtime (Ray), with the same results as
-in-process: same server and client logic, same seeds, same communication counts."""
+"""Run seeds under Flower's simulation runtime (Ray), with the same results as in-process: same
+server and client logic, same seeds, same communication counts. The seeds of one command share
+one simulation: Ray and the virtual SuperNodes start once."""
 
 from __future__ import annotations
 
@@ -7,22 +8,17 @@ import logging
 import os
 import shutil
 import tempfile
-import time
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Sequence
 
 from fedbandit.errors import ConfigError
-
-if TYPE_CHECKING:
-    from fedbandit.runspec import RunSpec
-    from fedbandit.simulation import SeedResult
-
-#: Flower phones home and installs dependencies unless told not to; set before Flower is used.
-FLOWER_ENVIRONMENT = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-}
+from fedbandit.federation.runtime import FederationResult
+from fedbandit.flower.deployment import FLOWER_ENVIRONMENT
+from fedbandit.flower.internals import simulation_poll
+from fedbandit.flower.job import FlowerJob
+from fedbandit.registry import build_instance
+from fedbandit.runspec import RunSpec
+from fedbandit.simulation import SeedResult
 
 
 class _QuietFlower(logging.Filter):
@@ -37,31 +33,53 @@ class _QuietFlower(logging.Filter):
         return record.levelno >= logging.WARNING
 
 
-def simulate_flower(spec: RunSpec) -> SeedResult:
-    """Run one seed of ``spec`` on ``spec.options.nodes`` virtual SuperNodes (default: up to 4),
-    each hosting a contiguous range of clients."""
+def simulate_flower_seeds(
+    specs: Sequence[RunSpec], on_seed: Callable[[RunSpec, SeedResult], bool]
+) -> None:
+    """Run the seeds of ``specs`` one after another in one Flower simulation: Ray and the
+    virtual SuperNodes start once, and every seed runs on them with client groups of its own
+    (``fedbandit.flower.apps``: a node forgets one seed's state before the next). ``on_seed``
+    receives each finished seed's result (its seconds: that seed's own federation, from the
+    first hello to the regret records); returning False ends the simulation before the next
+    seed. The specs share the experiment's instance and the number of nodes
+    (``spec.options.nodes``, default: up to 4, each hosting a contiguous range of clients).
+
+    An exception in a seed ends the simulation and is raised here; so is an interrupt, after the
+    ServerApp was told to stop waiting for its nodes."""
+    if not specs:
+        return
+    first = specs[0]
+    if any(
+        s.experiment.instance != first.experiment.instance or s.options != first.options
+        for s in specs
+    ):
+        raise ValueError("the seeds of one Flower simulation share the instance and the options")
     for key, value in FLOWER_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    # Flower and Ray: imported here, after the environment that keeps them quiet is set.
     from flwr.simulation import run_simulation
 
-    from fedbandit.flower.apps import FlowerJob, build_client_app, build_server_app
-    from fedbandit.instances import build_instance
-    from fedbandit.simulation import SeedResult
+    from fedbandit.flower.apps import build_client_app, build_server_app
 
-    num_clients = build_instance(spec.experiment.instance).num_clients
-    nodes = spec.options.nodes or min(4, num_clients)
+    simulation_poll.install()
+    num_clients = build_instance(first.experiment.instance).num_clients
+    nodes = first.options.nodes or min(4, num_clients)
     if not 1 <= nodes <= num_clients:
         raise ConfigError(f"--nodes must lie in [1, {num_clients}] (the clients), got {nodes}")
-    job = FlowerJob(spec, num_nodes=nodes)
+    jobs = [FlowerJob(spec, num_nodes=nodes) for spec in specs]
+
+    def seed_done(job: FlowerJob, outcome: FederationResult, seconds: float) -> bool:
+        return on_seed(job.spec, SeedResult.of(job.algorithm, job.entropy, outcome, seconds))
+
+    stop = threading.Event()
     # Ray's socket paths must stay short: a private folder under the system temp dir.
     ray_dir = tempfile.mkdtemp(prefix="fb-ray-")
-    start = time.perf_counter()
     quiet = _QuietFlower()
     logging.getLogger("flwr").addFilter(quiet)
     try:
         run_simulation(
-            server_app=build_server_app(job),
-            client_app=build_client_app(job),
+            server_app=build_server_app(jobs, seed_done, stop),
+            client_app=build_client_app(jobs),
             num_supernodes=nodes,
             backend_config={
                 "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
@@ -75,11 +93,23 @@ def simulate_flower(spec: RunSpec) -> SeedResult:
             },
         )
     finally:
+        stop.set()  # an interrupted simulation: its ServerApp thread stops waiting for replies
         logging.getLogger("flwr").removeFilter(quiet)
         shutil.rmtree(ray_dir, ignore_errors=True)
-    if not job.results:
+
+
+def simulate_flower(spec: RunSpec) -> SeedResult:
+    """Run one seed of ``spec`` in a Flower simulation of its own (``simulate_flower_seeds``)."""
+    results: list[SeedResult] = []
+
+    def keep(_: RunSpec, result: SeedResult) -> bool:
+        results.append(result)
+        return True
+
+    simulate_flower_seeds([spec], keep)
+    if not results:
         raise RuntimeError(
             f"the Flower simulation of {spec.algorithm!r} ended without a result; its log above "
             "says why"
         )
-    return SeedResult.of(spec.algorithm, spec.entropy, job.results[0], time.perf_counter() - start)
+    return results[0]

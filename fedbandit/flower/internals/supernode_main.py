@@ -1,4 +1,5 @@
-"""`flower-supernode` with a shorter idle poll: `python -m fedbandit.flower.supernode_main ARGS`.
+"""`flower-supernode` with a shorter idle poll:
+`python -m fedbandit.flower.internals.supernode_main ARGS`.
 
 Flower 1.42's SuperNode sleeps a hard-coded 3 s whenever the SuperLink has no message for it, and
 polls its own memory every 0.5 s for a finished reply (``flwr.supernode.start_client_internal``).
@@ -9,13 +10,15 @@ runs Flower's own ``flower_supernode`` unchanged, with the same arguments. Plain
 ``flower-supernode`` works too, only slower (about 3 s more per round).
 
 With ``--warm-executor`` (taken out of the arguments Flower sees) the SuperNode runs with
-``--isolation process`` and this process first starts ``fedbandit.flower.warm_executor`` as a
-child (same Python and environment) on the SuperNode's runtime API (``--host``/``--port``): one
-warm process runs every ClientApp task instead of a fresh ``flwr-clientapp`` process per message.
+``--isolation process`` and this process first starts ``fedbandit.flower.internals.warm_executor``
+as a child (same Python and environment) on the SuperNode's runtime API (``--host``/``--port``):
+one warm process runs every ClientApp task instead of a fresh ``flwr-clientapp`` process per
+message.
 The child is stopped when the SuperNode exits, and stops itself if this process dies.
 
 It also shortens the SuperNode's wait for the objects of a message it saw before they finished
-uploading (``fedbandit.flower.pull_backoff``: 0.02 s doubling to 0.2 s instead of 1 s to 10 s).
+uploading (``fedbandit.flower.internals.pull_backoff``: 0.02 s doubling to 0.2 s instead of 1 s
+to 10 s).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from fedbandit.flower import pull_backoff
+from fedbandit.flower.internals import pull_backoff, require_flower
 
 #: Seconds between a SuperNode's polls of the SuperLink when it is idle.
 DEFAULT_POLL_SECONDS = 0.2
@@ -66,6 +69,7 @@ def install_poll_interval(poll_seconds: float) -> None:
     """Cap the sleeps of Flower's SuperNode loop (fails loudly if Flower changed that module)."""
     if not 0.01 <= poll_seconds <= 3.0:
         raise ValueError(f"SuperNode poll interval must lie in [0.01, 3] s, got {poll_seconds}")
+    require_flower("shorter SuperNode poll", "run plain flower-supernode instead")
     from flwr.supernode import start_client_internal
 
     if getattr(start_client_internal, "time", None) is not time:
@@ -93,7 +97,7 @@ def warm_executor_command(flower_args: list[str], parent_pid: int) -> list[str]:
     if args.superexec_auth_secret_file:
         raise ValueError(f"{WARM_FLAG} does not support --superexec-auth-secret-file")
     host = f"[{args.host}]" if ":" in args.host else args.host
-    command = [sys.executable, "-m", "fedbandit.flower.warm_executor"]
+    command = [sys.executable, "-m", "fedbandit.flower.internals.warm_executor"]
     command += ["--runtime-api-address", f"{host}:{args.port}", "--parent-pid", str(parent_pid)]
     if args.ssl_ca_certfile:
         command += ["--root-certificates", args.ssl_ca_certfile]

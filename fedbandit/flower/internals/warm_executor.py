@@ -13,7 +13,7 @@ send task heartbeats meanwhile. Unlike ``flwr-clientapp`` it never registers exi
 ``flwr_exit`` per task; a failing task leaves the executor running.
 
 It exits on SIGTERM/SIGINT and when the ``--parent-pid`` process (its SuperNode) is gone.
-``fedbandit.flower.supernode_main --warm-executor`` starts one next to the SuperNode.
+``fedbandit.flower.internals.supernode_main --warm-executor`` starts one next to the SuperNode.
 
 Differences from ``flwr-clientapp``, all deliberate: the objects of a task's message are asked
 for again after 0.02-0.2 s, not 1-10 s (the task is acquired before the SuperNode has them), and
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import importlib.metadata
 import itertools
 import os
 import signal
@@ -48,16 +47,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-#: The Flower release whose internals this module was written against.
-FLOWER_SERIES = "1.42."
-_HELP = "run the SuperNode with Flower's own executor instead (`fedbandit supernode --cold`)"
+from fedbandit.flower.internals import require_flower
 
-_flwr_version = importlib.metadata.version("flwr")
-if not _flwr_version.startswith(FLOWER_SERIES):
-    raise RuntimeError(
-        f"fedbandit's warm ClientApp executor uses Flower {FLOWER_SERIES}x internals, but flwr "
-        f"{_flwr_version} is installed: {_HELP}, or pin flwr to {FLOWER_SERIES}x"
-    )
+_HELP = "run the SuperNode with Flower's own executor instead (`fedbandit supernode --cold`)"
+_flwr_version = require_flower("warm ClientApp executor", _HELP)
 try:
     import httpx
     from flwr.app import Context, Message
@@ -408,7 +401,7 @@ def watch_parent(pid: int, seconds: float = 0.2) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m fedbandit.flower.warm_executor",
+        prog="python -m fedbandit.flower.internals.warm_executor",
         description="Run a SuperNode's ClientApp tasks in one warm process "
         "(for flower-supernode --isolation process)",
     )

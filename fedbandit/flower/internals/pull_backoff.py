@@ -11,30 +11,26 @@ milliseconds, so with short polls most rounds pay that second (a round took 1.7 
 ``install(module)`` replaces the ``pull_objects`` that module calls by one whose first wait is
 0.02 s, doubling up to 0.2 s (each retry is one request), as the warm executor already does for
 its task input. ``FEDBANDIT_PULL_BACKOFF="FIRST,CAP"`` sets other waits; ``"flower"`` keeps
-Flower's. It uses a Flower internal, so it is pinned to Flower 1.42 and refuses another version.
+Flower's. It uses a Flower internal, so it is pinned to Flower 1.42 and refuses another version
+(``fedbandit.flower.internals.require_flower``).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 from collections.abc import Callable
 from typing import Any
 
-from fedbandit.errors import ConfigError, DeploymentError
+from fedbandit.errors import ConfigError
+from fedbandit.flower.internals import UnsupportedFlowerError, require_flower
 
 ENV = "FEDBANDIT_PULL_BACKOFF"
 #: First wait and longest wait (s) before asking again for an object not uploaded yet.
 DEFAULT_BACKOFF = (0.02, 0.2)
-FLOWER_SERIES = "1.42."
 #: The modules whose ``pull_objects`` calls wait for objects: SuperNode and ServerApp.
 SUPERNODE_MODULE = "flwr.supernode.start_client_internal"
 SERVERAPP_MODULE = "flwr.superlink.grid.http_grid"
-
-
-class UnsupportedFlowerError(DeploymentError, RuntimeError):
-    """The installed Flower is not the series whose internal this module replaces."""
 
 
 def backoff_from_env(text: str | None) -> tuple[float, float] | None:
@@ -60,13 +56,12 @@ def install(module_name: str, backoff: tuple[float, float] | None = None) -> boo
         backoff = backoff_from_env(os.environ.get(ENV))
         if backoff is None:
             return False
-    version = importlib.metadata.version("flwr")
+    version = require_flower(f"shorter object-pull waits ({module_name})", f"set {ENV}=flower")
     module = importlib.import_module(module_name)
     original: Callable[..., Any] | None = getattr(module, "pull_objects", None)
-    if not version.startswith(FLOWER_SERIES) or original is None:
+    if original is None:
         raise UnsupportedFlowerError(
-            f"fedbandit shortens the object-pull waits of Flower {FLOWER_SERIES}x, but flwr "
-            f"{version} is installed ({module_name}); set {ENV}=flower or pin flwr"
+            f"{module_name} of flwr {version} has no pull_objects to shorten: set {ENV}=flower"
         )
     if getattr(original, "fedbandit_backoff", None) is not None:
         original = original.fedbandit_original  # type: ignore[attr-defined]

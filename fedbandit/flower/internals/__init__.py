@@ -1,0 +1,42 @@
+"""The only fedbandit code that uses Flower's private modules (``flwr.supercore``, ``flwr.proto``,
+``flwr.supernode``, ``flwr.superlink``); everything else under ``fedbandit/flower/`` uses Flower's
+public API (``flwr.app``, ``flwr.clientapp``, ``flwr.serverapp``, ``flwr.simulation``, the
+``flwr`` and ``flower-*`` commands). A Flower upgrade touches this folder alone.
+
+- ``supernode_main``: ``flower-supernode`` with a short idle poll, optionally next to
+- ``warm_executor``: one long-lived process that runs every ClientApp task of a SuperNode;
+- ``pull_backoff``: short waits for a message's objects in the SuperNode and the ServerApp;
+- ``simulation_poll``: a short poll for new messages in the simulation runtime (flower-sim).
+
+Each is written against one Flower series and refuses any other through ``require_flower``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from fedbandit.errors import DeploymentError
+
+#: The Flower release series whose internals this subpackage was written against.
+FLOWER_SERIES = "1.42."
+
+
+class UnsupportedFlowerError(DeploymentError, RuntimeError):
+    """The installed Flower is not the series whose internals fedbandit uses."""
+
+
+def installed_flower() -> str:
+    """The installed flwr version."""
+    return importlib.metadata.version("flwr")
+
+
+def require_flower(what: str, remedy: str) -> str:
+    """The installed flwr version; ``UnsupportedFlowerError`` naming ``what`` needs Flower's
+    internals and ``remedy`` unless it is of ``FLOWER_SERIES``."""
+    version = installed_flower()
+    if not version.startswith(FLOWER_SERIES):
+        raise UnsupportedFlowerError(
+            f"fedbandit's {what} uses Flower {FLOWER_SERIES}x internals, but flwr {version} is "
+            f"installed: {remedy}, or pin flwr to {FLOWER_SERIES}x"
+        )
+    return version
