@@ -16,12 +16,16 @@ def fake_module(monkeypatch):
     """A module calling ``pull_objects`` as Flower's do, recording the waits it was given."""
     calls = []
 
-    def pull_objects(object_ids, pull_object_fn, *, initial_backoff=1, backoff_cap=10):
+    def pull_objects(
+        object_ids, pull_object_fn, *, initial_backoff=1, backoff_cap=10, max_time=7200
+    ):
         calls.append((initial_backoff, backoff_cap))
+        module.max_times.append(max_time)
         return {}
 
     module = types.ModuleType("fake_flower_puller")
     module.pull_objects = pull_objects
+    module.max_times = []
     monkeypatch.setitem(sys.modules, module.__name__, module)
     return module, calls
 
@@ -35,6 +39,8 @@ def test_install_shortens_the_waits_and_can_be_repeated(fake_module, monkeypatch
     assert pull_backoff.install(module.__name__, (0.05, 0.5)) is True  # wraps the original once
     module.pull_objects(["a"], lambda i: b"", initial_backoff=0.3)  # an explicit wait stays
     assert calls[-1] == (0.3, 0.5)
+    # a message whose sender died mid-upload is given up after a bounded time, not two hours
+    assert module.max_times[-1] == pull_backoff.OBJECT_WAIT_SECONDS == 20.0
 
 
 def test_the_environment_chooses_the_waits_or_flowers(fake_module, monkeypatch):
@@ -42,7 +48,7 @@ def test_the_environment_chooses_the_waits_or_flowers(fake_module, monkeypatch):
     monkeypatch.setenv(pull_backoff.ENV, "flower")
     assert pull_backoff.install(module.__name__) is False
     module.pull_objects(["a"], lambda i: b"")
-    assert calls[-1] == (1, 10)
+    assert calls[-1] == (1, 10) and module.max_times[-1] == 7200  # Flower's own limit
     monkeypatch.setenv(pull_backoff.ENV, "0.1,0.4")
     assert pull_backoff.install(module.__name__) is True
     module.pull_objects(["a"], lambda i: b"")

@@ -10,8 +10,13 @@ milliseconds, so with short polls most rounds pay that second (a round took 1.7 
 
 ``install(module)`` replaces the ``pull_objects`` that module calls by one whose first wait is
 0.02 s, doubling up to 0.2 s (each retry is one request), as the warm executor already does for
-its task input. ``FEDBANDIT_PULL_BACKOFF="FIRST,CAP"`` sets other waits; ``"flower"`` keeps
-Flower's. It uses a Flower internal, so it is pinned to Flower 1.42 and refuses another version
+its task input, and which gives up on a message after ``OBJECT_WAIT_SECONDS`` (Flower: 500 tries
+or two hours). A message whose sender was killed while uploading its objects never completes, and
+the ServerApp pulls the replies of a round one message after another: waiting for the dead node's
+reply held back the live nodes' replies past the round's deadline, so that every node of the
+round was lost (seen in ``test_node_killed_mid_run``). ``FEDBANDIT_PULL_BACKOFF="FIRST,CAP"`` sets
+other waits; ``"flower"`` keeps Flower's (and its limit: for uploads slower than that). It uses
+a Flower internal, so it is pinned to Flower 1.42 and refuses another version
 (``fedbandit.flower.internals.require_flower``).
 """
 
@@ -30,6 +35,10 @@ ENV = "FEDBANDIT_PULL_BACKOFF"
 DEFAULT_BACKOFF = (0.02, 0.2)
 #: The modules whose ``pull_objects`` calls wait for objects: SuperNode and ServerApp.
 SUPERNODE_MODULE = "flwr.supernode.start_client_internal"
+#: Seconds one message's objects may take to arrive before the pull gives up (the message then
+#: comes back as Flower's error reply, "objects unavailable"): far beyond an upload's tens of
+#: milliseconds here, and short of a round's deadline (``--round-timeout``, 120 s by default).
+OBJECT_WAIT_SECONDS = 20.0
 SERVERAPP_MODULE = "flwr.superlink.grid.http_grid"
 
 
@@ -70,6 +79,7 @@ def install(module_name: str, backoff: tuple[float, float] | None = None) -> boo
     def pull_objects(*args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("initial_backoff", first)
         kwargs.setdefault("backoff_cap", cap)
+        kwargs.setdefault("max_time", OBJECT_WAIT_SECONDS)
         return original(*args, **kwargs)
 
     pull_objects.fedbandit_backoff = backoff  # type: ignore[attr-defined]
