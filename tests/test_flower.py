@@ -271,6 +271,17 @@ def test_ctrl_c_stops_a_flower_sim_run_at_once_and_it_resumes(tmp_path):
     _same_seed_files(tmp_path / "local", out)
 
 
+def test_the_apps_module_loads_no_pandas():
+    """A cold SuperNode starts a ClientApp process per message: importing the apps must not
+    load pandas or matplotlib (only the ServerApp's result writing needs pandas)."""
+    code = (
+        "import sys, fedbandit.flower.apps; "
+        "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_packed_layout_that_does_not_fit_is_malformed():
     from fedbandit.flower.codec import pack, unpack
 

@@ -56,8 +56,10 @@ from fedbandit.flower.internals import pull_backoff
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
 from fedbandit.instances import Instance
 from fedbandit.registry import build_instance
-from fedbandit.results import atomic_write_csv, seed_stem, write_seed_result
 from fedbandit.simulation import SeedResult, build_federation, build_server
+
+# fedbandit.results loads pandas (a fifth of a second): the ServerApp imports it where it writes
+# a seed's files, so that a ClientApp process (one per message with a cold SuperNode) does not.
 
 __all__ = [
     "FlowerGridRuntime",  # re-exported from fedbandit.flower.grid_runtime
@@ -376,6 +378,8 @@ def exit_when_unreachable(
 
 def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:
     """Write the finished seed into ``result-dir`` (on the SuperLink host), as a local run does."""
+    from fedbandit.results import write_seed_result  # pandas: the ServerApp's end only
+
     result_dir = str(context.run_config.get("result-dir", ""))
     if not result_dir:
         raise ValueError("the run config has no 'result-dir': nowhere to write the results")
@@ -393,6 +397,8 @@ def write_latency(run_dir: Path, algorithm: str, seed: int, timings: list[dict[s
     """``seed_K.latency.csv``: per exchange the server compute, Flower transport and client
     compute seconds (transport = exchange wall time minus the slowest node's handler)."""
     import pandas as pd  # a fifth of a second to import: only where a latency table is written
+
+    from fedbandit.results import atomic_write_csv, seed_stem
 
     frame = pd.DataFrame(timings, columns=["round", "kind", "server_s", "exchange_s", "client_s"])
     frame["transport_s"] = frame["exchange_s"] - frame["client_s"]
