@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from fedbandit.errors import DeploymentError
+from fedbandit.errors import ConfigError, DeploymentError
 
 #: The Flower release series whose internals this subpackage was written against.
 FLOWER_SERIES = "1.42."
@@ -40,3 +40,18 @@ def require_flower(what: str, remedy: str) -> str:
             f"installed: {remedy}, or pin flwr to {FLOWER_SERIES}x"
         )
     return version
+
+
+def seconds_setting(name: str, text: str, low: float, high: float, alternative: str = "") -> float:
+    """The seconds that the environment variable ``name`` holds (``text``); a ``ConfigError``
+    naming it unless they lie in [low, high] (``alternative``: the other values it accepts, for
+    the message)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not low <= seconds <= high:
+        raise ConfigError(
+            f"{name} must be seconds in [{low:g}, {high:g}]{alternative}, got {text!r}"
+        )
+    return seconds

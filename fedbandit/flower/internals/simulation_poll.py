@@ -19,8 +19,7 @@ import threading
 from queue import Queue
 from typing import Any
 
-from fedbandit.errors import ConfigError
-from fedbandit.flower.internals import UnsupportedFlowerError, require_flower
+from fedbandit.flower.internals import UnsupportedFlowerError, require_flower, seconds_setting
 
 ENV = "FEDBANDIT_SIMULATION_POLL"
 #: Seconds between the simulation runtime's looks for new messages (Flower's: 0.1).
@@ -35,13 +34,7 @@ def poll_from_env(text: str | None) -> float | None:
         return DEFAULT_POLL_SECONDS
     if text.strip() == "flower":
         return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not 0.001 <= seconds <= 1.0:
-        raise ConfigError(f"{ENV} must be seconds in [0.001, 1] or 'flower', got {text!r}")
-    return seconds
+    return seconds_setting(ENV, text, 0.001, 1.0, " or 'flower'")
 
 
 def install(poll_seconds: float | None = None) -> bool:

@@ -30,7 +30,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from fedbandit.flower.internals import pull_backoff, require_flower
+from fedbandit.flower.internals import pull_backoff, require_flower, seconds_setting
 
 #: Seconds between a SuperNode's polls of the SuperLink when it is idle.
 DEFAULT_POLL_SECONDS = 0.2
@@ -53,16 +53,10 @@ def capped_time(poll_seconds: float, local_seconds: float = LOCAL_WAIT_SECONDS) 
 
 
 def poll_seconds_from_env() -> float:
-    """``FEDBANDIT_SUPERNODE_POLL`` (default ``DEFAULT_POLL_SECONDS``); ValueError unless it is
-    seconds in [0.01, 3]."""
+    """``FEDBANDIT_SUPERNODE_POLL`` (default ``DEFAULT_POLL_SECONDS``); a ``ConfigError`` (a
+    ValueError) unless it is seconds in [0.01, 3]."""
     text = os.environ.get("FEDBANDIT_SUPERNODE_POLL", str(DEFAULT_POLL_SECONDS))
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not 0.01 <= seconds <= 3.0:
-        raise ValueError(f"FEDBANDIT_SUPERNODE_POLL must be seconds in [0.01, 3], got {text!r}")
-    return seconds
+    return seconds_setting("FEDBANDIT_SUPERNODE_POLL", text, 0.01, 3.0)
 
 
 def install_poll_interval(poll_seconds: float) -> None:
