@@ -111,6 +111,9 @@ class GroupEnvironment:
             raise ValueError(f"client ids must lie in [0, {num_instance_clients})")
         self.horizon = int(horizon)
         self.scale = scale
+        #: The run's entropy: an algorithm seeds its own per-client streams from it (in a domain
+        #: of ``fedbandit.rng`` of its own), never from the environment's.
+        self.entropy = entropy
         self._seed_streams(entropy)
         n = len(self.client_ids)
         self.pulls = np.zeros(n, dtype=np.int64)

@@ -19,6 +19,9 @@ import numpy as np
 #: a stream even when they use the same seed.
 INSTANCE_DOMAIN = 0
 REWARD_DOMAIN = 1
+#: (2 is the sequential order's arrival stream, ``fedbandit.contextual.environment``.)
+#: The noise a private algorithm's client adds to what it releases (``fedbandit.privacy``).
+PRIVACY_DOMAIN = 3
 
 
 def run_entropy(base_seed: int, seed_index: int) -> list[int]:

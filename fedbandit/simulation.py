@@ -38,6 +38,8 @@ class SeedResult:
     failure: str | None = None
     #: Clients removed under the "drop" failure policy -> the round they were lost in.
     dropped: Mapping[int, int] = field(default_factory=dict)
+    #: The algorithm's own report (``ServerLogic.report``), such as its privacy accounting.
+    report: Mapping[str, Any] = field(default_factory=dict)
 
     @staticmethod
     def of(
@@ -54,6 +56,7 @@ class SeedResult:
             status=outcome.status,
             failure=outcome.failure,
             dropped=dict(outcome.dropped),
+            report=dict(outcome.report),
         )
 
 

@@ -9,6 +9,7 @@ algorithm code imports no network library and never reaches into the other side'
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,12 @@ class ServerLogic(ABC):
     @abstractmethod
     def aggregate(self, reply: Message) -> None:
         """Take the replies of the round just configured, ordered by client id."""
+
+    def report(self) -> dict[str, Any]:
+        """What the algorithm measured about its own run, as JSON-ready values, for the seed's
+        JSON (``"report"``): for example a private algorithm's privacy accounting and how many
+        values its clients clipped. Called once, after the last round; empty by default."""
+        return {}
 
     def drop_clients(self, client_ids: np.ndarray) -> None:
         """Stop addressing ``client_ids`` for the rest of the run (``on_client_failure="drop"``).

@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -236,6 +236,7 @@ class FederationResult:
     - ``failure``: human text naming every lost client and why, per round; None if none was lost.
     - ``dropped``: client id -> the round in which it was dropped (``on_client_failure="drop"``);
       those clients are not in ``regret``.
+    - ``report``: the server's ``ServerLogic.report()`` at the end of the run.
     """
 
     regret: RegretRecord
@@ -243,6 +244,7 @@ class FederationResult:
     status: str = "complete"
     failure: str | None = None
     dropped: dict[int, int] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -363,4 +365,6 @@ def run_federation(
     else:
         failures.append("no client is left to report its regret")
         status, regret = "aborted", RegretRecord.empty()
-    return FederationResult(regret, ledger, status, "; ".join(failures) or None, dropped)
+    return FederationResult(
+        regret, ledger, status, "; ".join(failures) or None, dropped, server.report()
+    )
