@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "fedbandit.federation.messages",
             "fedbandit.contextual.kernels",
             "fedbandit.contextual.ridge",
+            "fedbandit.privacy",
         ),
     ),
     (

@@ -1,0 +1,416 @@
+"""Federated LinUCB on a fixed batch schedule, without and with differential privacy (Zhou &
+Chowdhury, "On Differentially Private Federated Linear Contextual Bandits", ICLR 2024, arXiv
+2302.13945; their experiment code ``Alphasxd/DPLCB``, ``Agents.py``).
+
+Every client acts every round; at the end of each batch of B rounds (``batch_size``, the
+authors' ``BatchSize`` = 25) every client uploads, and every client downloads the server's
+statistics before it acts again. The schedule is fixed in advance: the authors show that a
+data-dependent trigger (as FedUCB's log-det rule, Dubey & Pentland 2020) leaks through the sync
+times themselves.
+
+- ``batched_fedlinucb``: the non-private reference of their experiments (``FedLinUCB``): uploads
+  are the clean batch statistics.
+- ``private_fedlinucb``: silo-level local DP by the binary-tree Gaussian mechanism
+  (``LDPFedLinUCB``; ``privacy_model = "shuffle"``: the server sees only the silos' sum,
+  ``fedbandit.privacy``). Features are clipped to ||x|| <= ``feature_bound`` and rewards to
+  [-``reward_bound``, ``reward_bound``] before they enter any statistic; the number clipped is
+  reported in the seed's JSON (``report``).
+
+Both send a silo's tree node (the sum of its last 2^l batches, l the trailing zero bits of the
+batch number) and the server answers with the prefix sum over all batches so far, summed over its
+levels' nodes, so that the only differences between them are the noise, the clipping and the
+regularisation. A client decides with V = lambda I + (downloaded prefix) + its own batch so far,
+b likewise (``Agents.py``, ``FedLinUCB.get_arm``), by the index
+x^T theta + beta_t ||x||_{V^{-1}} with the authors' width
+beta_t = c (sqrt(lambda) S + R sqrt(d log(1 + t M L^2 / (d lambda)) + log(1/alpha)))
+(``confidence_ellipsoid_width``), t the round. lambda: sqrt(M) for ``batched_fedlinucb``;
+sqrt(M N) sigma (sqrt(N + ln(1/alpha)) + sqrt(d)) for ``private_fedlinucb`` (the shift that keeps
+the noisy Gram invertible, sigma the noise of one silo).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
+from fedbandit.algorithms.linucb import model_groups
+from fedbandit.contextual.environment import ContextualEnvironment
+from fedbandit.contextual.ridge import RidgeLearners
+from fedbandit.errors import ConfigError
+from fedbandit.federation.messages import Message, broadcast
+from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
+from fedbandit.privacy import (
+    PrivacyModel,
+    TreeAccounting,
+    clip_norms,
+    clip_values,
+    prefix_levels,
+    regularization_shift,
+    symmetric_noise,
+    tree_accounting,
+    tree_depth,
+    tree_level,
+)
+from fedbandit.rng import PRIVACY_DOMAIN, client_generators
+from fedbandit.state import (
+    generators_from_arrays,
+    generators_to_arrays,
+    strip_prefix,
+    with_prefix,
+)
+
+
+class BatchedParams(Hyperparameters):
+    """Hyperparameters of ``batched_fedlinucb`` (defaults: the authors' ``Fed_Lin_Bandit.py``).
+
+    - ``batch_size``: B, rounds per batch (25).
+    - ``confidence``: alpha, the failure probability in the width (0.01).
+    - ``width_scale``: c, scales the width (``crs``: 1 on synthetic data, 0.1 on MSLR).
+    - ``theta_bound``: S, a bound on ||theta||; default sqrt(d) (the authors').
+    - ``feature_bound``: L, a bound on ||x|| in the width (1, the authors').
+    - ``noise_sigma``: R, the reward noise level in the width; default the instance's.
+    - ``regularization``: lambda; default sqrt(M) (the authors' ``FedLinUCB``).
+    - ``model``: disjoint per-arm models, one shared model, or auto (as the LinUCB family).
+    - ``refresh_every``: rounds between exact recomputations of V^{-1} from V.
+    """
+
+    batch_size: int = Field(25, ge=1)
+    confidence: float = Field(0.01, gt=0, lt=1)
+    width_scale: float = Field(1.0, ge=0)
+    theta_bound: float | None = Field(None, ge=0)
+    feature_bound: float = Field(1.0, gt=0)
+    noise_sigma: float | None = Field(None, gt=0)
+    regularization: float | None = Field(None, gt=0)
+    model: Literal["auto", "disjoint", "shared"] = "auto"
+    refresh_every: int = Field(1024, ge=1)
+
+
+class PrivateParams(BatchedParams):
+    """Hyperparameters of ``private_fedlinucb``: those of ``batched_fedlinucb`` and
+
+    - ``epsilon``, ``delta``: the target guarantee per user of each silo over the whole run
+      (required; epsilon > 0, 0 < delta < 1).
+    - ``feature_bound`` (L) and ``reward_bound`` (R): clipping bounds, which fix the sensitivity
+      (required).
+    - ``privacy_model``: ``silo_ldp`` (each silo's release is private on its own) or ``shuffle``
+      (the server sees only the sum over silos).
+    - ``regularization``: default the authors' shift sqrt(M N) sigma (sqrt(N + ln(1/alpha)) +
+      sqrt(d)).
+    - ``noise``: false releases the clean statistics (for testing only: no guarantee).
+    """
+
+    epsilon: float = Field(gt=0)
+    delta: float = Field(gt=0, lt=1)
+    feature_bound: float = Field(gt=0)  # required here
+    reward_bound: float = Field(gt=0)
+    privacy_model: PrivacyModel = "silo_ldp"
+    noise: bool = True
+
+
+def _accounting(spec: ProblemSpec, params: BatchedParams, report: bool) -> TreeAccounting | None:
+    """The tree's noise and guarantee of a private run (None for the non-private reference)."""
+    if not isinstance(params, PrivateParams):
+        return None
+    return tree_accounting(
+        params.privacy_model,
+        params.epsilon,
+        params.delta,
+        spec.horizon // params.batch_size,
+        spec.num_clients,
+        params.feature_bound,
+        params.reward_bound,
+        report,
+    )
+
+
+def _check_batches(spec: ProblemSpec, params: BatchedParams) -> int:
+    batches = spec.horizon // params.batch_size
+    if batches < 1:
+        raise ConfigError(
+            f"batch_size {params.batch_size} is longer than the horizon {spec.horizon}: no batch "
+            "would ever be synchronised (choose batch_size <= horizon)"
+        )
+    return batches
+
+
+def _regularization(
+    spec: ProblemSpec, params: BatchedParams, accounting: TreeAccounting | None
+) -> float:
+    """lambda: the given value, else sqrt(M) (non-private) or the authors' noise shift."""
+    if params.regularization is not None:
+        return params.regularization
+    if accounting is None:
+        return math.sqrt(spec.num_clients)
+    return regularization_shift(
+        accounting.silo_sigma,
+        spec.num_clients,
+        accounting.compositions,
+        spec.dim,
+        params.confidence,
+    )
+
+
+def confidence_width(
+    step: int,
+    *,
+    regularization: float,
+    theta_bound: float,
+    noise_sigma: float,
+    feature_bound: float,
+    num_clients: int,
+    dim: int,
+    confidence: float,
+    width_scale: float,
+) -> float:
+    """beta_t = c (sqrt(lambda) S + R sqrt(d log(1 + t M L^2 / (d lambda)) + log(1/alpha)))
+    (``Agents.py``, ``FedLinUCB.confidence_ellipsoid_width``)."""
+    growth = dim * math.log(1.0 + step * num_clients * feature_bound**2 / (dim * regularization))
+    return width_scale * (
+        math.sqrt(regularization) * theta_bound
+        + noise_sigma * math.sqrt(growth + math.log(1.0 / confidence))
+    )
+
+
+class BatchedLinUCBClient(ClientLogic):
+    """A group of silos: decide on lambda I + the last download + the own batch so far; at the end
+    of a batch, upload the tree node it closes (noisy, for ``private_fedlinucb``)."""
+
+    STATE = (
+        "learners.gram",
+        "learners.inverse",
+        "learners.target",
+        "learners.theta",
+        "learners.logdet",
+        "learners.updates",
+        "batch_gram",
+        "batch_target",
+        "node_gram",
+        "node_target",
+        "clipped_features",
+        "clipped_rewards",
+    )
+
+    env: ContextualEnvironment
+
+    def __init__(
+        self, spec: ProblemSpec, params: BatchedParams, env: ContextualEnvironment
+    ) -> None:
+        super().__init__(env)
+        self.spec, self.params = spec, params
+        self.num_batches = _check_batches(spec, params)
+        self.accounting = _accounting(spec, params, report=False)
+        self.private = isinstance(params, PrivateParams)
+        self.noisy = isinstance(params, PrivateParams) and params.noise
+        self.group = model_groups(spec, params.model)
+        n, G, d = env.num_clients, int(self.group.max()) + 1, spec.dim
+        depth = tree_depth(self.num_batches)
+        self.regularization = _regularization(spec, params, self.accounting)
+        self.learners = RidgeLearners(n, G, d, self.regularization, params.refresh_every)
+        self.batch_gram = np.zeros((n, G, d, d))
+        self.batch_target = np.zeros((n, G, d))
+        self.node_gram = np.zeros((n, depth, G, d, d))
+        self.node_target = np.zeros((n, depth, G, d))
+        self.clipped_features = np.zeros(n, dtype=np.int64)
+        self.clipped_rewards = np.zeros(n, dtype=np.int64)
+        self.noise_rngs = client_generators(env.entropy, env.client_ids, PRIVACY_DOMAIN)
+        sigma = params.noise_sigma if params.noise_sigma is not None else spec.noise_sigma
+        theta_bound = params.theta_bound if params.theta_bound is not None else math.sqrt(d)
+        self._width = functools.partial(
+            confidence_width,
+            regularization=self.regularization,
+            theta_bound=theta_bound,
+            noise_sigma=sigma,
+            feature_bound=params.feature_bound,
+            num_clients=spec.num_clients,
+            dim=d,
+            confidence=params.confidence,
+            width_scale=params.width_scale,
+        )
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {
+            **super().state_dict(),
+            **with_prefix("noise_rng.", generators_to_arrays(self.noise_rngs)),
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(state)
+        self.noise_rngs = generators_from_arrays(strip_prefix("noise_rng.", state))
+
+    def handle(self, message: Message) -> Message:
+        if message.kind != "round":
+            raise ValueError(f"unknown message kind {message.kind!r} for {type(self).__name__}")
+        if "gram" in message.fields:
+            rows = np.flatnonzero(message.fields["receive"].any(axis=1))
+            eye = self.regularization * np.eye(self.spec.dim)
+            self.learners.set_view(
+                rows,
+                self.batch_gram[rows] + message.fields["gram"][rows] + eye,
+                self.batch_target[rows] + message.fields["target"][rows],
+            )
+        contexts, active = self.env.observe()
+        width = self._width(self.env.round + 1)
+        radius = np.full(self.learners.logdet.shape, width)
+        arms = self.learners.select(contexts, self.group, radius)
+        rewards = self.env.pull(arms)
+        rows = np.flatnonzero(active) if not active.all() else np.arange(len(active))
+        x, r = contexts[rows, arms[rows]], rewards[rows]
+        if self.private:
+            params = self.params
+            assert isinstance(params, PrivateParams)
+            x, features_clipped = clip_norms(x, params.feature_bound)
+            r, rewards_clipped = clip_values(r, params.reward_bound)
+            self.clipped_features[rows] += features_clipped
+            self.clipped_rewards[rows] += rewards_clipped
+        groups = self.group[arms[rows]]
+        self.learners.update(rows, groups, x, r)
+        self.batch_gram[rows, groups] += x[:, :, None] * x[:, None, :]
+        self.batch_target[rows, groups] += r[:, None] * x
+        meta = {
+            "pulls": self.env.pulls.copy(),
+            "clipped_features": self.clipped_features.copy(),
+            "clipped_rewards": self.clipped_rewards.copy(),
+        }
+        batch, ends = divmod(self.env.round, self.params.batch_size)
+        if ends or batch > self.num_batches:
+            return Message("step", message.round, message.client_ids, {}, meta=meta)
+        return Message("upload", message.round, message.client_ids, self._release(batch), meta=meta)
+
+    def _release(self, batch: int) -> dict[str, np.ndarray]:
+        """Close the tree node of ``batch``: alpha_l = (nodes below l) + this batch, plus (private)
+        fresh noise from each silo's own stream; the batch starts anew (``LDPFedLinUCB.update``)."""
+        level = tree_level(batch)
+        self.node_gram[:, level] = self.node_gram[:, :level].sum(axis=1) + self.batch_gram
+        self.node_target[:, level] = self.node_target[:, :level].sum(axis=1) + self.batch_target
+        gram, target = self.node_gram[:, level].copy(), self.node_target[:, level].copy()
+        if self.noisy:
+            assert self.accounting is not None
+            sigma = self.accounting.silo_sigma
+            for row, rng in enumerate(self.noise_rngs):
+                gram[row] += symmetric_noise(rng, sigma, gram.shape[1:])
+                target[row] += rng.normal(0.0, sigma, target.shape[1:])
+        self.batch_gram[:] = 0.0
+        self.batch_target[:] = 0.0
+        return {"gram_node": gram, "target_node": target}
+
+    def quiet(self, reply: Message) -> bool:
+        """A round inside a batch: the server only sends the next empty round. The last round is
+        never quiet, so the server receives the final clipping counts."""
+        return reply.kind == "step" and self.env.round < self.env.horizon
+
+    def steps_left(self) -> int:
+        return int(self.env.horizon - self.env.round)
+
+
+class BatchedLinUCBServer(ServerLogic):
+    """Sums the silos' tree nodes per level; after batch k it sends every client the prefix sum
+    over batches 1..k (the nodes at the set bits of k), before anyone acts again.
+
+    Dropped clients are no longer addressed; their nodes already summed stay in the tree."""
+
+    def __init__(self, spec: ProblemSpec, params: BatchedParams) -> None:
+        self.spec, self.params = spec, params
+        _check_batches(spec, params)
+        self.accounting = _accounting(spec, params, report=True)
+        G = int(model_groups(spec, params.model).max()) + 1
+        d = spec.dim
+        self.depth = tree_depth(spec.horizon // params.batch_size)
+        self.tree_gram = np.zeros((self.depth, G, d, d))
+        self.tree_target = np.zeros((self.depth, G, d))
+        self.gram = np.zeros((G, d, d))
+        self.target = np.zeros((G, d))
+        self.batch = 0
+        self.download = False
+        self.rounds_done = 0
+        self.clients = spec.client_ids.copy()
+        self.clipped = np.zeros((spec.num_clients, 2), dtype=np.int64)
+
+    def configure(self) -> Message | None:
+        ids = self.clients
+        if len(ids) == 0 or self.rounds_done >= self.spec.horizon:
+            return None
+        self.rounds_done += 1
+        if not self.download:
+            return Message("round", self.rounds_done - 1, ids, {})
+        self.download = False
+        n, G = len(ids), self.gram.shape[0]
+        return Message(
+            "round",
+            self.rounds_done - 1,
+            ids,
+            {
+                "gram": broadcast(self.gram, n),
+                "target": broadcast(self.target, n),
+                "receive": np.ones((n, G), dtype=bool),
+            },
+            sparse={"gram": "receive", "target": "receive"},
+            known=frozenset({"receive"}),
+        )
+
+    def aggregate(self, reply: Message) -> None:
+        if reply.round != self.rounds_done - 1:
+            raise RuntimeError(f"reply for round {reply.round}, expected {self.rounds_done - 1}")
+        if "clipped_features" in reply.meta:
+            self.clipped[reply.client_ids, 0] = reply.meta["clipped_features"]
+            self.clipped[reply.client_ids, 1] = reply.meta["clipped_rewards"]
+        if reply.kind == "step":
+            return
+        if reply.kind != "upload":
+            raise RuntimeError(f"unexpected reply kind {reply.kind!r}")
+        self.batch += 1
+        level = tree_level(self.batch)
+        self.tree_gram[level] = reply.fields["gram_node"].sum(axis=0)
+        self.tree_target[level] = reply.fields["target_node"].sum(axis=0)
+        levels = prefix_levels(self.batch, self.depth)
+        self.gram = self.tree_gram[levels].sum(axis=0)
+        self.target = self.tree_target[levels].sum(axis=0)
+        self.download = True
+
+    def drop_clients(self, client_ids: np.ndarray) -> None:
+        self.clients = remove_clients(self.clients, client_ids, type(self).__name__)
+
+    def report(self) -> dict[str, Any]:
+        """The guarantee and its accounting, and how many values the clients clipped."""
+        if self.accounting is None:
+            return {}
+        return {
+            "privacy": {
+                **self.accounting.as_dict(),
+                "noise": bool(getattr(self.params, "noise", True)),
+            },
+            "clipped": {
+                "features": int(self.clipped[:, 0].sum()),
+                "rewards": int(self.clipped[:, 1].sum()),
+            },
+        }
+
+
+def _spec(name: str, description: str, params: type[BatchedParams]) -> AlgorithmSpec[Any]:
+    return AlgorithmSpec(
+        name=name,
+        description=description,
+        params=params,
+        make_server=lambda spec, p: BatchedLinUCBServer(spec, p),
+        make_client=lambda spec, p, env: BatchedLinUCBClient(
+            spec, p, environment_of(env, ContextualEnvironment)
+        ),
+        contextual=True,
+    )
+
+
+#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+BATCHED_FEDLINUCB = _spec(
+    "batched_fedlinucb",
+    "FedLinUCB on fixed batches, non-private (Zhou & Chowdhury 2024)",
+    BatchedParams,
+)
+PRIVATE_FEDLINUCB = _spec(
+    "private_fedlinucb",
+    "Private FedLinUCB: tree-based Gaussian mechanism, silo LDP or shuffle (Zhou & Chowdhury 2024)",
+    PrivateParams,
+)
