@@ -198,6 +198,7 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         ):
             values = [i["totals"][key] for i in infos]
             entry[key] = int(values[0]) if len(set(values)) == 1 else float(np.mean(values))
+        entry.update(privacy_entry(infos))
         clients = int(manifest["instance"]["num_clients"])
         for key in ("uplink_scalars", "downlink_scalars"):
             entry[f"{key}_per_client"] = float(entry[key]) / clients
@@ -210,6 +211,26 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         }
         summary[algorithm] = entry
     return summary
+
+
+def privacy_entry(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """A private algorithm's summary keys from its seeds' reports: ``epsilon`` and ``delta`` spent
+    per user over the run (the same for every seed: the schedule is fixed), the accounting, and
+    the values clipped per seed (mean); nothing for a non-private algorithm."""
+    reports = [i["report"] for i in infos if "privacy" in i.get("report", {})]
+    if not reports:
+        return {}
+    privacy = reports[0]["privacy"]
+    clipped = {
+        key: float(np.mean([r.get("clipped", {}).get(key, 0) for r in reports]))
+        for key in ("features", "rewards")
+    }
+    return {
+        "epsilon": privacy["epsilon"],
+        "delta": privacy["delta"],
+        "privacy": privacy,
+        "clipped_per_seed": clipped,
+    }
 
 
 def seed_files(
@@ -246,6 +267,8 @@ def seed_files(
         "dropped": {str(client): round_ for client, round_ in result.dropped.items()},
         "clients_reported": len(result.regret.client_ids),
     }
+    if result.report:
+        info["report"] = dict(result.report)
     regret = pd.DataFrame({"t": grid, "regret": curve[grid - 1]})
     return {
         str(stem.with_suffix(".regret.csv")): regret.to_csv(index=False),

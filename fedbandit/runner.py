@@ -392,6 +392,7 @@ def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str,
     (aborted by lost clients, or not run yet, as after ``--algorithms``); the aborted seeds with
     the reason, the runs still missing, and the clients dropped from each seed."""
     aborted, dropped, missing = {}, {}, []
+    privacy: dict[str, Any] = {}  # each private algorithm's accountant and its inputs
     for algorithm in config.algorithms:
         for seed in manifest.get("seeds", range(config.seeds)):
             path = seed_stem(run_dir, algorithm, seed).with_suffix(".json")
@@ -399,11 +400,15 @@ def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str,
                 missing.append(f"{algorithm}/seed_{seed}")
                 continue
             info = read_json(path)
+            if "privacy" in info.get("report", {}):
+                privacy.setdefault(algorithm, info["report"]["privacy"])
             if info.get("status", "complete") != "complete":
                 aborted[f"{algorithm}/seed_{seed}"] = info.get("failure")
             if info.get("dropped"):
                 dropped[f"{algorithm}/seed_{seed}"] = info["dropped"]
     manifest["status"] = "incomplete" if aborted or missing else "complete"
+    if privacy:
+        manifest["privacy"] = privacy
     manifest["aborted_seeds"] = aborted
     manifest["missing_runs"] = missing
     manifest["dropped_clients"] = dropped
@@ -636,7 +641,7 @@ def summary_table(summary: dict[str, Any]) -> str:
     """A plain-text table of the summary for the terminal."""
     header = (
         f"{'algorithm':<16}{'R(T)/M':>10}{'95% interval':>22}{'s/seed':>9}"
-        f"{'rounds':>8}{'up/client':>12}{'down/client':>13}"
+        f"{'rounds':>8}{'up/client':>12}{'down/client':>13}{'epsilon':>9}"
     )
     lines = [
         f"{summary['experiment']}: T = {summary['horizon']}, "
@@ -644,6 +649,7 @@ def summary_table(summary: dict[str, Any]) -> str:
         f"status {summary['status']}",
         header,
     ]
+    private: list[str] = []
     for name, entry in summary.items():
         if not isinstance(entry, dict) or "final_regret_mean" not in entry:
             continue
@@ -654,9 +660,17 @@ def summary_table(summary: dict[str, Any]) -> str:
         lines.append(
             f"{name:<16}{entry['final_regret_mean']:>10.2f}{shown:>22}"
             f"{entry['seconds_per_seed']:>9.2f}{entry['rounds']:>8}{clients:>12.4g}{down:>13.4g}"
+            + (f"{entry['epsilon']:>9.3g}" if "epsilon" in entry else f"{'-':>9}")
         )
+        if "epsilon" in entry:
+            private.append(f"{name} (delta {entry['delta']:.3g}, {entry['privacy']['model']})")
     lines.append(
         "R(T)/M: cumulative regret per client at T (mean over seeds); interval: "
         "95% Student-t over seeds; up/down: scalars sent per client over the run"
     )
+    if private:
+        lines.append(
+            "epsilon: privacy spent per user of each silo over the run, by dp_accounting's PLD "
+            "accountant: " + ", ".join(private)
+        )
     return "\n".join(lines)
