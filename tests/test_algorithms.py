@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from algorithm_params import params_for
 
 from fedbandit.api import get_algorithm
 from fedbandit.contextual.instances import ContextualParams, contextual_instance
@@ -47,7 +48,9 @@ def _pairs():
 @pytest.mark.parametrize(("algorithm", "instance_name"), list(_pairs()))
 def test_every_algorithm_runs_on_every_instance(algorithm, instance_name):
     instance = INSTANCES[instance_name]
-    result = simulate(instance, algorithm, horizon=300, entropy=[0, 0])
+    result = simulate(
+        instance, algorithm, horizon=300, entropy=[0, 0], params=params_for(algorithm)
+    )
     if instance.contextual and instance.params.participation < 1:
         assert 0 < result.regret.client_pulls.min() < 300
     else:
@@ -82,7 +85,11 @@ def test_results_do_not_depend_on_client_grouping(algorithm):
     instance = INSTANCES[
         "contextual_shared" if algorithms().get(algorithm).contextual else "shared"
     ]
-    runs = [simulate(instance, algorithm, 700, [5, 1], group_size=g) for g in (None, 3, 1)]
+    params = params_for(algorithm)
+    runs = [
+        simulate(instance, algorithm, 700, [5, 1], params=params, group_size=g)
+        for g in (None, 3, 1)
+    ]
     for other in runs[1:]:
         np.testing.assert_array_equal(other.regret.increment_diff, runs[0].regret.increment_diff)
         np.testing.assert_array_equal(other.regret.client_regret, runs[0].regret.client_regret)

@@ -5,6 +5,7 @@ import io
 
 import numpy as np
 import pytest
+from algorithm_params import params_for
 
 from fedbandit.contextual.instances import ContextualParams, contextual_instance
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
@@ -68,12 +69,13 @@ def test_rebuilding_every_group_after_every_message_changes_nothing(algorithm):
     instance = instance_for(algorithm)
     phased = algorithm in PHASED
     horizon = 4000 if not algorithms().get(algorithm).contextual else 300
-    expected = simulate(instance, algorithm, horizon, [4, 2], group_size=2)
+    params = params_for(algorithm)
+    expected = simulate(instance, algorithm, horizon, [4, 2], params=params, group_size=2)
 
     def rebuild():
-        return build_federation(instance, algorithm, horizon, [4, 2], group_size=2)[1]
+        return build_federation(instance, algorithm, horizon, [4, 2], params, group_size=2)[1]
 
-    server, groups = build_federation(instance, algorithm, horizon, [4, 2], group_size=2)
+    server, groups = build_federation(instance, algorithm, horizon, [4, 2], params, group_size=2)
     runtime = RestartingRuntime(groups, rebuild)
     outcome = run_federation(server, runtime)
     assert runtime.restarts >= 1
