@@ -66,6 +66,14 @@ def test_sweep_benchmark_measures_the_overhead_ratio():
     assert "overhead ratio" in format_table("sweep", result)
 
 
+def test_privacy_benchmark_reports_the_measured_ratio():
+    result = BENCHMARKS["privacy"](quick=True)
+    expected = result["private_seconds"] / result["batched_seconds"]
+    assert result["overhead_ratio"] == pytest.approx(expected, rel=1e-12)
+    assert result["private_seconds"] > 0 and result["batched_seconds"] > 0
+    assert "private_fedlinucb" in format_table("privacy", result)
+
+
 @pytest.mark.slow
 def test_flowersim_benchmark_runs_the_commands_side_by_side():
     """Both runtimes with 1 and 3 seeds (quick); the ratios are the measured seconds' ratios."""

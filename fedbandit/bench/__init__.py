@@ -406,6 +406,38 @@ def bench_sweep(quick: bool = False) -> dict[str, Any]:
     return sweep_benchmark(quick=quick)
 
 
+def bench_privacy(quick: bool = False) -> dict[str, Any]:
+    """Seconds per seed of ``private_fedlinucb`` (silo LDP, eps = 1, delta = 0.01) against its
+    non-private schedule ``batched_fedlinucb``, interleaved, best of 3, at the authors' synthetic
+    sizes (``Fed_Lin_Bandit.py``: M = 100 silos, K = 100 arms, d = 10, B = 25, unit contexts;
+    T = 10,000 there and here, 500 quick)."""
+    horizon = 500 if quick else 10_000
+    instance = contextual_instance(
+        ContextualParams(
+            setting="shared", contexts="sphere", num_clients=100, num_arms=100, dim=10,
+            noise_sigma=0.5,
+        )
+    )  # fmt: skip
+    private = {"epsilon": 1.0, "delta": 0.01, "feature_bound": 1.0, "reward_bound": 2.0}
+    runs = {"batched_fedlinucb": {}, "private_fedlinucb": private}
+    simulate(instance, "private_fedlinucb", 50, [0, 0], private)  # compile and import first
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(3):
+        for name, params in runs.items():
+            seconds[name].append(simulate(instance, name, horizon, [0, 0], params).seconds)
+    best = {name: min(values) for name, values in seconds.items()}
+    return {
+        "M": 100,
+        "K": 100,
+        "d": 10,
+        "T": horizon,
+        "batched_seconds": best["batched_fedlinucb"],
+        "private_seconds": best["private_fedlinucb"],
+        "overhead_ratio": best["private_fedlinucb"] / best["batched_fedlinucb"],
+        "quick": quick,
+    }
+
+
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "design": bench_design,
     "fedpe": bench_fedpe,
@@ -415,6 +447,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "sweep": bench_sweep,
     "flowersim": bench_flowersim,
     "deploy": bench_deploy,
+    "privacy": bench_privacy,
 }
 
 
@@ -520,6 +553,21 @@ def format_table(name: str, result: dict[str, Any]) -> str:
         title = (
             f"sweep: {result['tasks']} tasks (3 points x 4 algorithms x 2 seeds), one pool of "
             f"long-lived workers{' [quick]' if result['quick'] else ''}"
+        )
+    elif name == "privacy":
+        rows = [
+            ("algorithm", "seconds/seed (best of 3)", "ratio"),
+            ("batched_fedlinucb", f"{result['batched_seconds']:.2f}", "1.00"),
+            (
+                "private_fedlinucb",
+                f"{result['private_seconds']:.2f}",
+                f"{result['overhead_ratio']:.2f}",
+            ),
+            ("", "", "target <= 1.20"),
+        ]
+        title = (
+            f"privacy: M={result['M']}, K={result['K']}, d={result['d']}, T={result['T']}, "
+            f"B=25{' [quick]' if result['quick'] else ''}"
         )
     elif name == "flowersim":
         many = result["seeds"]
