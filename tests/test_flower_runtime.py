@@ -8,6 +8,7 @@ import uuid
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDict
+from flwr.common.constant import ErrorCode
 
 from fedbandit.config import load_experiment
 from fedbandit.errors import DeploymentError
@@ -206,6 +207,11 @@ def faulty_node(ids, fault, at_round, stage="train.step"):
             reply = Message(Error(code=2, reason="node died"), reply_to=message)
             reply.metadata.__dict__["_src_node_id"] = 1
             return reply
+        if fault == "upload":  # what Flower's ServerApp makes of a reply whose objects never came
+            error = Error(ErrorCode.MESSAGE_UNAVAILABLE, "Reply message objects are unavailable.")
+            reply = Message(error, reply_to=message)
+            reply.metadata.__dict__["_src_node_id"] = 1
+            return reply
         if fault == "silent":
             return None
         reply = tamper(decode(answer(message).content), fault)
@@ -260,6 +266,8 @@ def flower_run(nodes, ranges, policy, timeout=2.0):
 THREE = {21: np.arange(0, 2), 22: np.arange(2, 4), 23: np.arange(4, 6)}
 REASONS = {
     "error": "error reply (code 2): node died",
+    "upload": "no reply: the node stopped while uploading it (Reply message objects are "
+    "unavailable.)",
     "silent": "no reply within 0.2 s",
     "nan": "malformed reply: field 'estimate' holds NaN or infinite values",
     "ids": "malformed reply: replies for clients [14, 15], expected [4, 5]",

@@ -41,6 +41,14 @@ def test_install_shortens_the_waits_and_can_be_repeated(fake_module, monkeypatch
     assert calls[-1] == (0.3, 0.5)
     # a message whose sender died mid-upload is given up after a bounded time, not two hours
     assert module.max_times[-1] == pull_backoff.OBJECT_WAIT_SECONDS == 20.0
+    # the ServerApp works to a round's deadline: a dead uploader costs a quarter of it at most,
+    # so the live nodes' replies, pulled after it, are still in time
+    pull_backoff.install(module.__name__, round_timeout=20.0)
+    module.pull_objects(["a"], lambda i: b"")
+    assert module.max_times[-1] == 5.0
+    pull_backoff.install(module.__name__, round_timeout=120.0)
+    module.pull_objects(["a"], lambda i: b"")
+    assert module.max_times[-1] == 20.0
 
 
 def test_the_environment_chooses_the_waits_or_flowers(fake_module, monkeypatch):

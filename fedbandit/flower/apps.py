@@ -303,8 +303,9 @@ def build_server_app(
         if (address := runtime_api_address(sys.argv)) is not None:
             exit_when_unreachable(address)
         try:
-            pull_backoff.install(pull_backoff.SERVERAPP_MODULE)  # the replies' objects: short waits
             job = job_from_json(str(context.run_config.get("job", "")))
+            # the replies' objects: short waits, and a dead uploader costs a share of the round
+            pull_backoff.install(pull_backoff.SERVERAPP_MODULE, round_timeout=job.round_timeout)
             run(job, grid, "")
             _write_result(job, context, time.perf_counter() - started)
         except FedbanditError as err:  # foreseen: the driver shows this line, not the traceback

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from fedbandit.errors import DeploymentError
@@ -33,6 +34,16 @@ if TYPE_CHECKING:
     from fedbandit.flower.job import FlowerJob
 
 __all__ = ["FlowerGridRuntime", "discover_nodes"]
+
+
+def describe_error(reply: Message) -> str:
+    """Why a node's reply is an error. Flower's ServerApp turns a reply whose objects never
+    arrived (its sender stopped while uploading: killed, or its host lost) into an error reply
+    of code ``MESSAGE_UNAVAILABLE``: that is no reply, said so."""
+    code, reason = reply.error.code, reply.error.reason
+    if code == ErrorCode.MESSAGE_UNAVAILABLE:
+        return f"no reply: the node stopped while uploading it ({reason})"
+    return f"error reply (code {code}): {reason}"
 
 
 class FlowerGridRuntime(Runtime):
@@ -112,9 +123,7 @@ class FlowerGridRuntime(Runtime):
                     continue
                 pending.discard(mid)
                 if reply.has_error():
-                    errors[node_of[mid]] = (
-                        f"error reply (code {reply.error.code}): {reply.error.reason}"
-                    )
+                    errors[node_of[mid]] = describe_error(reply)
                 else:
                     replies[node_of[mid]] = reply
             if pending:

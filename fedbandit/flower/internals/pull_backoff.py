@@ -14,10 +14,11 @@ its task input, and which gives up on a message after ``OBJECT_WAIT_SECONDS`` (F
 or two hours). A message whose sender was killed while uploading its objects never completes, and
 the ServerApp pulls the replies of a round one message after another: waiting for the dead node's
 reply held back the live nodes' replies past the round's deadline, so that every node of the
-round was lost (seen in ``test_node_killed_mid_run``). ``FEDBANDIT_PULL_BACKOFF="FIRST,CAP"`` sets
-other waits; ``"flower"`` keeps Flower's (and its limit: for uploads slower than that). It uses
-a Flower internal, so it is pinned to Flower 1.42 and refuses another version
-(``fedbandit.flower.internals.require_flower``).
+round was lost (seen in ``test_node_killed_mid_run``); the ServerApp therefore waits at most a
+quarter of the round's deadline for one reply's objects (``object_wait_seconds``).
+``FEDBANDIT_PULL_BACKOFF="FIRST,CAP"`` sets other waits; ``"flower"`` keeps Flower's (and its
+limit: for uploads slower than that). It uses a Flower internal, so it is pinned to Flower 1.42
+and refuses another version (``fedbandit.flower.internals.require_flower``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ SUPERNODE_MODULE = "flwr.supernode.start_client_internal"
 #: comes back as Flower's error reply, "objects unavailable"): far beyond an upload's tens of
 #: milliseconds here, and short of a round's deadline (``--round-timeout``, 120 s by default).
 OBJECT_WAIT_SECONDS = 20.0
+#: The ServerApp waits for one reply's objects at most this fraction of the round's deadline: it
+#: pulls a round's replies one after another, so the live nodes' replies still arrive in time.
+ROUND_SHARE = 0.25
 SERVERAPP_MODULE = "flwr.superlink.grid.http_grid"
 
 
@@ -57,10 +61,23 @@ def backoff_from_env(text: str | None) -> tuple[float, float] | None:
     return first, cap
 
 
-def install(module_name: str, backoff: tuple[float, float] | None = None) -> bool:
-    """Make ``module_name``'s ``pull_objects`` wait ``backoff`` (default: from ``ENV``); False
-    when ``ENV`` says to keep Flower's waits. Raises ``ConfigError`` for a wrong ``ENV`` and
-    ``UnsupportedFlowerError`` on another Flower."""
+def object_wait_seconds(round_timeout: float | None = None) -> float:
+    """How long one message's objects may take: ``OBJECT_WAIT_SECONDS``, and at most
+    ``ROUND_SHARE`` of ``round_timeout`` when the poller works to a round's deadline."""
+    if round_timeout is None:
+        return OBJECT_WAIT_SECONDS
+    return min(OBJECT_WAIT_SECONDS, ROUND_SHARE * round_timeout)
+
+
+def install(
+    module_name: str,
+    backoff: tuple[float, float] | None = None,
+    round_timeout: float | None = None,
+) -> bool:
+    """Make ``module_name``'s ``pull_objects`` wait ``backoff`` (default: from ``ENV``) and give
+    up after ``object_wait_seconds(round_timeout)``; False when ``ENV`` says to keep Flower's
+    waits. Raises ``ConfigError`` for a wrong ``ENV`` and ``UnsupportedFlowerError`` on another
+    Flower."""
     if backoff is None:
         backoff = backoff_from_env(os.environ.get(ENV))
         if backoff is None:
@@ -75,11 +92,12 @@ def install(module_name: str, backoff: tuple[float, float] | None = None) -> boo
     if getattr(original, "fedbandit_backoff", None) is not None:
         original = original.fedbandit_original  # type: ignore[attr-defined]
     first, cap = backoff
+    max_time = object_wait_seconds(round_timeout)
 
     def pull_objects(*args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("initial_backoff", first)
         kwargs.setdefault("backoff_cap", cap)
-        kwargs.setdefault("max_time", OBJECT_WAIT_SECONDS)
+        kwargs.setdefault("max_time", max_time)
         return original(*args, **kwargs)
 
     pull_objects.fedbandit_backoff = backoff  # type: ignore[attr-defined]
