@@ -8,7 +8,6 @@ import uuid
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDict
-from flwr.common.constant import ErrorCode
 
 from fedbandit.config import load_experiment
 from fedbandit.errors import DeploymentError
@@ -17,6 +16,7 @@ from fedbandit.federation.runtime import ClientFailure, run_federation
 from fedbandit.flower.apps import FlowerJob
 from fedbandit.flower.codec import decode, encode
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
+from fedbandit.flower.internals import pull_backoff
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
 from fedbandit.runspec import RunSpec, RuntimeOptions
 from fedbandit.simulation import build_federation, simulate
@@ -208,7 +208,8 @@ def faulty_node(ids, fault, at_round, stage="train.step"):
             reply.metadata.__dict__["_src_node_id"] = 1
             return reply
         if fault == "upload":  # what Flower's ServerApp makes of a reply whose objects never came
-            error = Error(ErrorCode.MESSAGE_UNAVAILABLE, "Reply message objects are unavailable.")
+            unavailable = "Reply message objects are unavailable."
+            error = Error(pull_backoff.MESSAGE_UNAVAILABLE, unavailable)
             reply = Message(error, reply_to=message)
             reply.metadata.__dict__["_src_node_id"] = 1
             return reply

@@ -73,6 +73,12 @@ def test_another_flower_version_is_refused(fake_module, monkeypatch):
         pull_backoff.install(module.__name__, (0.02, 0.2))
 
 
+def test_the_unavailable_objects_code_is_flowers():
+    from flwr.common.constant import ErrorCode
+
+    assert pull_backoff.MESSAGE_UNAVAILABLE == ErrorCode.MESSAGE_UNAVAILABLE
+
+
 def test_flowers_own_modules_have_the_function_it_replaces():
     import importlib
 

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Message, RecordDict
-from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from fedbandit.errors import DeploymentError
@@ -28,6 +27,7 @@ from fedbandit.flower.codec import (
     handler_seconds,
     set_ahead,
 )
+from fedbandit.flower.internals import pull_backoff
 from fedbandit.group_environment import RegretRecord
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def describe_error(reply: Message) -> str:
     arrived (its sender stopped while uploading: killed, or its host lost) into an error reply
     of code ``MESSAGE_UNAVAILABLE``: that is no reply, said so."""
     code, reason = reply.error.code, reply.error.reason
-    if code == ErrorCode.MESSAGE_UNAVAILABLE:
+    if code == pull_backoff.MESSAGE_UNAVAILABLE:
         return f"no reply: the node stopped while uploading it ({reason})"
     return f"error reply (code {code}): {reason}"
 

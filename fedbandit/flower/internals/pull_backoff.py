@@ -44,6 +44,9 @@ OBJECT_WAIT_SECONDS = 20.0
 #: pulls a round's replies one after another, so the live nodes' replies still arrive in time.
 ROUND_SHARE = 0.25
 SERVERAPP_MODULE = "flwr.superlink.grid.http_grid"
+#: The error code of the reply the ServerApp makes of a message whose objects did not arrive in
+#: time (Flower's ``ErrorCode.MESSAGE_UNAVAILABLE``, not in its public API).
+MESSAGE_UNAVAILABLE = 3
 
 
 def backoff_from_env(text: str | None) -> tuple[float, float] | None:
