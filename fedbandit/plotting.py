@@ -8,6 +8,7 @@ discards, so it needs no backend and opens no window.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -197,11 +198,21 @@ def save_figure(figure: Figure, path: Path) -> Path:
     return path
 
 
-def plot_sweep_parameter(summary: pd.DataFrame, key: str, ax: Axes | None = None) -> Axes:
+def series_keys(algorithm: str, others: Sequence[str]) -> list[str]:
+    """Which of the other varied keys split an algorithm's points into separate lines: every key
+    but another algorithm's parameters (``params.NAME.x`` leaves the others' runs unchanged)."""
+    return [k for k in others if not (k.startswith("params.") and k.split(".")[1] != algorithm)]
+
+
+def plot_sweep_parameter(
+    summary: pd.DataFrame, key: str, ax: Axes | None = None, others: Sequence[str] = ()
+) -> Axes:
     """Final regret per client against one varied key (a sweep's summary frame): the mean per
     algorithm with its 95% Student-t interval as a band (from 2 seeds on), log axes where the
-    values span two decades or more. Points that differ in other keys are averaged. A key with
-    values that are not all numbers (``fidelity = "paper"`` or ``"authors_code"``) is drawn as
+    values span two decades or more. ``others``, the other varied keys, split an algorithm's
+    points into one line per combination of their values (``series_keys``; for example one line
+    per privacy model); points that differ in keys not listed are averaged. A key with values
+    that are not all numbers (``fidelity = "paper"`` or ``"authors_code"``) is drawn as
     categories, in the order of the points."""
     ax = _axes(ax)
     numeric = pd.to_numeric(summary[key], errors="coerce")
@@ -214,13 +225,26 @@ def plot_sweep_parameter(summary: pd.DataFrame, key: str, ax: Axes | None = None
         for column in ("final_regret_ci95_low", "final_regret_ci95_high")
     }  # None (one seed) becomes NaN: no band
     frames = summary.assign(_x=numeric, **intervals)
-    for algorithm, frame in frames.groupby("algorithm", sort=False):
-        frame = frame.groupby("_x", sort=True).mean(numeric_only=True).reset_index()
-        x = frame["_x"].to_numpy(dtype=float)
-        (line,) = ax.plot(x, frame["final_regret_mean"], marker="o", label=str(algorithm))
-        low, high = frame["final_regret_ci95_low"], frame["final_regret_ci95_high"]
-        if low.notna().all() and high.notna().all():
-            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    for algorithm, by_algorithm in frames.groupby("algorithm", sort=False):
+        split = [k for k in series_keys(str(algorithm), others) if k != key and k in summary]
+        series = by_algorithm.groupby(split, sort=False) if split else [((), by_algorithm)]
+        for values, frame in series:
+            values = values if isinstance(values, tuple) else (values,)
+            label = str(algorithm)
+            if split:
+                label += (
+                    " ("
+                    + ", ".join(
+                        f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(split, values, strict=True)
+                    )
+                    + ")"
+                )
+            frame = frame.groupby("_x", sort=True).mean(numeric_only=True).reset_index()
+            x = frame["_x"].to_numpy(dtype=float)
+            (line,) = ax.plot(x, frame["final_regret_mean"], marker="o", label=label)
+            low, high = frame["final_regret_ci95_low"], frame["final_regret_ci95_high"]
+            if low.notna().all() and high.notna().all():
+                ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     for axis in ("y",) if categories else ("x", "y"):
         if _positive_span(ax, axis) and _decades(ax, axis) >= 2:
             (ax.set_xscale if axis == "x" else ax.set_yscale)("log")

@@ -229,7 +229,8 @@ class SweepResults:
     sweep_dir: Path
 
     def plot_parameter(self, key: str, ax: Axes | None = None) -> Axes:
-        return plot_sweep_parameter(self.summary, key, ax=ax)
+        others = [k for k in varying_keys(self.summary, self.keys) if k != key]
+        return plot_sweep_parameter(self.summary, key, ax=ax, others=others)
 
     def plot_tradeoff(self, ax: Axes | None = None, bytes_axis: bool = False) -> Axes:
         return plot_sweep_tradeoff(self.summary, ax=ax, bytes_axis=bytes_axis)
@@ -272,9 +273,11 @@ def plot_sweep(sweep_dir: Path) -> list[Path]:
     out = Path(sweep_dir) / "plots"
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for key in varying_keys(results.summary, results.keys):
+    varied = varying_keys(results.summary, results.keys)
+    for key in varied:
         figure = Figure(figsize=(7.5, 4.5))
-        plot_sweep_parameter(results.summary, key, figure.gca())
+        others = [k for k in varied if k != key]
+        plot_sweep_parameter(results.summary, key, figure.gca(), others=others)
         name = key.replace("/", "_")
         paths.append(save_figure(figure, out / f"regret_vs_{name}.png"))
     figure = Figure(figsize=(7.5, 4.5))

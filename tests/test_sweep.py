@@ -250,3 +250,29 @@ def test_plots_are_drawn_only_for_keys_that_vary(tmp_path):
     names = sorted(path.name for path in plot_sweep(tmp_path / "s"))
     assert names == ["regret_vs_communication.png", "regret_vs_instance.num_clients.png"]
     assert not (tmp_path / "s" / "plots" / "regret_vs_horizon.png").exists()
+
+
+def test_the_other_varied_keys_of_an_algorithm_split_its_line():
+    """Regret against epsilon with the privacy model varied too: one line per model for the
+    private algorithm, one line for an algorithm the model's key does not address."""
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from fedbandit.plotting import plot_sweep_parameter, series_keys
+
+    eps, model = "params.private_fedlinucb.epsilon", "params.private_fedlinucb.privacy_model"
+    rows = [
+        {eps: e, model: m, "algorithm": a, "final_regret_mean": r,
+         "final_regret_ci95_low": r - 1, "final_regret_ci95_high": r + 1}
+        for e in (1.0, 10.0)
+        for m in ("silo_ldp", "shuffle")
+        for a, r in (("private_fedlinucb", 100 / e + (50 if m == "silo_ldp" else 0)), ("oful", 30))
+    ]  # fmt: skip
+    ax = plot_sweep_parameter(pd.DataFrame(rows), eps, Figure().gca(), others=[model])
+    lines = {line.get_label(): line.get_ydata().tolist() for line in ax.lines}
+    assert lines == {
+        "private_fedlinucb (privacy_model=silo_ldp)": [150.0, 60.0],
+        "private_fedlinucb (privacy_model=shuffle)": [100.0, 10.0],
+        "oful": [30.0, 30.0],
+    }
+    assert series_keys("oful", [model, "instance.num_clients"]) == ["instance.num_clients"]
