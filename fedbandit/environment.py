@@ -25,6 +25,7 @@ import numba
 import numpy as np
 
 from fedbandit.group_environment import GroupEnvironment, RegretRecord
+from fedbandit.privacy import CLIP_TOLERANCE
 from fedbandit.rng import REWARD_DOMAIN
 from fedbandit.streams import ClientStreams
 from fedbandit.threads import kernel_threads
@@ -126,6 +127,42 @@ class BanditEnvironment(GroupEnvironment):
         )
         self._regret += (executed * self._gaps).sum(axis=1)
         return executed, sums
+
+    def clip_block_rewards(
+        self,
+        executed: np.ndarray,
+        sums: np.ndarray,
+        bound: float,
+        rngs: Sequence[np.random.Generator],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The reward sums ``sums`` of n = ``executed`` pulls (from ``pull_counts``) with every
+        single reward clipped to [-bound, bound] (as ``fedbandit.privacy.clip_values``), and
+        how many rewards were clipped, per client.
+
+        The single rewards are drawn given their sum S: for i.i.d. N(mu, sigma^2) rewards the
+        sample mean is independent of the deviations y_j - ybar, which have the law of
+        sigma (w_j - wbar) with w_j i.i.d. N(0, 1). So y_j = S / n + sigma (w_j - wbar) has the law
+        of the n pulls given S; the w_j come from ``rngs`` (one generator per client, in the
+        group's order: n_i draws for client i, arms in order). The clipped sum is S plus the
+        clipping's corrections: exactly S when no reward of the block is clipped. The regret is
+        untouched (clipping is what the learner does with the rewards it saw).
+        """
+        executed = np.asarray(executed, dtype=np.int64)
+        if executed.shape != self._means.shape or sums.shape != executed.shape:
+            raise ValueError(f"executed and sums must have shape {self._means.shape}")
+        if len(rngs) != self.num_clients:
+            raise ValueError(f"need one generator per client ({self.num_clients}), got {len(rngs)}")
+        clipped_sums = np.array(sums, dtype=np.float64)
+        clipped = np.zeros(self.num_clients, dtype=np.int64)
+        widened = bound * (1.0 + CLIP_TOLERANCE)  # as ``clip_values``: within it, left as is
+        for row, rng in enumerate(rngs):
+            total = int(executed[row].sum())
+            if total:
+                w = rng.standard_normal(total)
+                clipped[row] = _clip_block(
+                    executed[row], clipped_sums[row], w, self.noise_sigma, bound, widened
+                )
+        return clipped_sums, clipped
 
     def pull_arms(self, arms: np.ndarray) -> np.ndarray:
         """Every client pulls one arm now (all clients at the same step). Returns rewards (n,)."""
@@ -280,6 +317,43 @@ def _block_pulls(
                 diff[start + n] -= gap_units[i, a]
             done = total
         pulls[i] += done
+
+
+@numba.njit(cache=True)
+def _clip_block(
+    counts: np.ndarray,
+    sums: np.ndarray,
+    w: np.ndarray,
+    noise_sigma: float,
+    bound: float,
+    widened: float,
+) -> int:
+    """One client's ``clip_block_rewards``: the rewards y_j = S_a / n_a + sigma (w_j - wbar_a) of
+    each arm a (its n_a draws of ``w`` in arm order) clipped to [-bound, bound] where beyond
+    ``widened``; ``sums`` corrected in place by the clipping; returns how many were clipped."""
+    start, clipped = 0, 0
+    for a in range(counts.shape[0]):
+        n = counts[a]
+        if n == 0:
+            continue
+        w_mean = 0.0
+        for j in range(start, start + n):
+            w_mean += w[j]
+        w_mean /= n
+        mean = sums[a] / n
+        correction = 0.0
+        for j in range(start, start + n):
+            y = mean + noise_sigma * (w[j] - w_mean)
+            if y > widened:
+                correction += bound - y
+                clipped += 1
+            elif y < -widened:
+                correction += -bound - y
+                clipped += 1
+        if correction != 0.0:
+            sums[a] += correction
+        start += n
+    return clipped
 
 
 def gap_scale(instance: LinearBanditInstance) -> float:

@@ -22,6 +22,9 @@ REWARD_DOMAIN = 1
 #: (2 is the sequential order's arrival stream, ``fedbandit.contextual.environment``.)
 #: The noise a private algorithm's client adds to what it releases (``fedbandit.privacy``).
 PRIVACY_DOMAIN = 3
+#: The single rewards of a block of pulls given their sum, for a learner that clips each reward
+#: (``BanditEnvironment.clip_block_rewards``).
+REWARD_DETAIL_DOMAIN = 4
 
 
 def run_entropy(base_seed: int, seed_index: int) -> list[int]:
