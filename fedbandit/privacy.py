@@ -1,5 +1,7 @@
-"""Differential privacy for federated ridge statistics: the binary-tree Gaussian mechanism, its
-noise calibration and its accounting with Google's ``dp-accounting``.
+"""Differential privacy for federated bandit statistics: the binary-tree Gaussian mechanism of
+private federated LinUCB and the per-phase Gaussian mechanism of private Fed-PE
+(``phase_accounting``, derived there), their noise calibration and their accounting with Google's
+``dp-accounting``.
 
 The mechanism (Zhou & Chowdhury, "On Differentially Private Federated Linear Contextual Bandits",
 ICLR 2024, arXiv 2302.13945, Algorithm 1 with the binary-tree privatiser; as coded in their
@@ -183,6 +185,87 @@ def tree_accounting(
         silo_sigma=local_z * delta_l2,
         epsilon=spent,
         epsilon_local=local,
+    )
+
+
+#: What one private Fed-PE guarantee protects (``phase_accounting``).
+PhaseUnit = Literal["pull", "client"]
+_PHASE_NEIGHBOURING = {
+    "pull": "replace one pull's reward (|r| <= R) of one client",
+    "client": "replace every reward of one client (|r| <= R)",
+}
+
+
+@dataclass(frozen=True)
+class PhaseAccounting:
+    """The noise of private Fed-PE for one run and the guarantee it gives (see
+    ``phase_accounting``); ``as_dict`` is what a seed's JSON, ``summary.json`` and the manifest
+    record."""
+
+    unit: str
+    epsilon_target: float
+    delta: float
+    phases: int
+    compositions: int
+    reward_bound: float
+    noise_multiplier: float
+    epsilon: float
+
+    def mean_noise_std(self, counts: np.ndarray) -> np.ndarray:
+        """tau_{i,a}, the standard deviation of the noise on the released mean reward of arm a of
+        client i, from the phase's pull counts n (M, K): z 2R / n for ``pull``, z 2R sqrt(k_i)
+        for ``client`` (k_i the arms client i pulled); 0 where n = 0."""
+        counts = np.asarray(counts)
+        bound = 2.0 * self.reward_bound * (1.0 + CLIP_TOLERANCE)
+        pulled = counts > 0
+        if self.unit == "pull":
+            scale = bound / np.maximum(counts, 1)
+        else:
+            arms = pulled.sum(axis=-1, keepdims=True)
+            scale = np.broadcast_to(bound * np.sqrt(arms), counts.shape)
+        return np.where(pulled, self.noise_multiplier * scale, 0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "model": "silo_ldp",
+            "accountant": ACCOUNTANT,
+            "neighbouring": _PHASE_NEIGHBOURING[self.unit],
+        }
+
+
+@functools.lru_cache(maxsize=256)
+def phase_accounting(
+    unit: PhaseUnit,
+    epsilon: float,
+    delta: float,
+    num_phases: int,
+    reward_bound: float,
+    report: bool = True,
+) -> PhaseAccounting:
+    """Calibrate private Fed-PE's Gaussian mechanism to (epsilon, delta) and account for it.
+
+    Each phase, a client releases the mean reward ybar_a of every arm it pulled n_a >= 1 times
+    (rewards clipped to [-R, R]) plus N(0, tau_a^2). Replacing one pull's reward (``pull``)
+    changes one arm's sum by at most 2R, so the released vector of sums moves by at most 2R in
+    L2 (noise tau_a n_a on the sum: multiplier z = tau_a n_a / 2R); a pull enters one phase's
+    release only, so the whole run is one Gaussian mechanism of multiplier z (the later releases
+    depend on it only through what was released). Replacing every reward of the client
+    (``client``) moves each of its k pulled means by at most 2R: L2 sensitivity 2R sqrt(k),
+    tau = z 2R sqrt(k), composed over the run's phases. z comes from ``noise_multiplier`` and the
+    reported epsilon from the accountant (``accounted_epsilon``). ``report=False`` skips the
+    accountant (the epsilon is then NaN)."""
+    compositions = 1 if unit == "pull" else num_phases
+    z = noise_multiplier(epsilon, delta, compositions)
+    return PhaseAccounting(
+        unit=unit,
+        epsilon_target=epsilon,
+        delta=delta,
+        phases=num_phases,
+        compositions=compositions,
+        reward_bound=reward_bound,
+        noise_multiplier=z,
+        epsilon=accounted_epsilon(z, compositions, delta) if report else math.nan,
     )
 
 

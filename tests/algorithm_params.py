@@ -12,6 +12,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
         "reward_bound": 3.0,
         "batch_size": 10,
     },
+    "private_fedpe": {"epsilon": 2.0, "delta": 1e-3, "reward_bound": 3.0},
 }
 
 

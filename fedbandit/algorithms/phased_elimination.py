@@ -283,7 +283,14 @@ class PhasedEliminationServer(ServerLogic):
 class PhasedEliminationClient(ClientLogic):
     """A group of clients: eliminates arms locally and explores by the server's design."""
 
-    STATE = ("active", "explored_phase", "min_sq_norm", "sum_scores", "sum_widths", "total_length")
+    STATE: tuple[str, ...] = (
+        "active",
+        "explored_phase",
+        "min_sq_norm",
+        "sum_scores",
+        "sum_widths",
+        "total_length",
+    )
 
     env: BanditEnvironment
 
@@ -344,6 +351,10 @@ class PhasedEliminationClient(ClientLogic):
             return self._eliminate(message, rows)
         raise ValueError(f"unknown message kind {message.kind!r} for a phased-elimination client")
 
+    def _observe(self, requested: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pull ``requested`` (n, K) of the group: (executed counts, reward sums) to report."""
+        return self.env.pull_counts(requested)
+
     def _explore(self, message: Message, rows: np.ndarray) -> Message:
         phase = int(message.fields["phase"][0])
         every = self._every(rows)
@@ -354,7 +365,7 @@ class PhasedEliminationClient(ClientLogic):
         else:
             requested = np.zeros(self.active.shape, dtype=np.int64)
             requested[rows] = counts
-        executed, sums = self.env.pull_counts(requested)
+        executed, sums = self._observe(requested)
         if not every:
             executed, sums = executed[rows], sums[rows]
         self.explored_phase = phase

@@ -1,0 +1,197 @@
+"""Private Fed-PE: Fed-PE whose clients release each phase's mean rewards through a Gaussian
+mechanism, with the guarantee accounted by ``dp-accounting`` (``fedbandit.privacy``).
+
+Huang, Zhang, Melis, Shen, Hejazinia, Yang, "Federated Linear Contextual Bandits with User-level
+Differential Privacy" (ICML 2023) study this setting; no code of theirs is public and their
+mechanism could not be read here, so this follows the Gaussian mechanism on the per-arm local
+statistics (``phase_accounting`` has the derivation):
+
+- every single reward is clipped to [-R, R] (``reward_bound``) before it enters a statistic
+  (``BanditEnvironment.clip_block_rewards``); the number clipped is reported;
+- a client's upload for arm a of a phase is theta_hat = (ybar_a + N(0, tau_a^2)) x_a / ||x_a||^2,
+  the noise drawn from the client's own stream (``PRIVACY_DOMAIN``): Fed-PE's estimate of the
+  noisy mean. Counts, the phase-0 minimum of ||x||^2 and the active sets depend on the features
+  and on earlier releases only: the guarantee protects rewards, not the arms' features (the
+  server learns their directions in phase 0, as in Fed-PE);
+- the server weighs each estimate by its effective count n / (1 + n tau^2 / sigma^2) instead of
+  n (weighted least squares with the variance sigma^2 / n + tau^2 of a noisy mean), so the
+  elimination widths cover the privacy noise too.
+
+``unit = "pull"`` protects one pull's reward of a client (tau = z 2R / n: the noise fades as the
+phases grow); ``unit = "client"`` protects all of a client's rewards (user-level local DP, tau =
+z 2R sqrt(k) on every phase: the price the lower bound of Huang et al. predicts). With ``noise =
+false`` and a bound no reward reaches, the run equals ``fedpe`` bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from fedbandit.algorithms.base import AlgorithmSpec, ProblemSpec, environment_of
+from fedbandit.algorithms.phased_elimination import (
+    PhasedEliminationClient,
+    PhasedEliminationParams,
+    PhasedEliminationServer,
+    Variant,
+)
+from fedbandit.environment import BanditEnvironment
+from fedbandit.estimators import aggregate_directions, last_phase
+from fedbandit.federation.messages import Message
+from fedbandit.privacy import PhaseAccounting, PhaseUnit, phase_accounting
+from fedbandit.rng import PRIVACY_DOMAIN, REWARD_DETAIL_DOMAIN, client_generators
+from fedbandit.state import (
+    generators_from_arrays,
+    generators_to_arrays,
+    strip_prefix,
+    with_prefix,
+)
+
+#: Fed-PE with disjoint parameters: the member of the family that is made private.
+_VARIANT = Variant("direction", "phase", shared=False)
+
+
+class PrivateFedPEParams(PhasedEliminationParams):
+    """Hyperparameters of ``private_fedpe``: those of ``fedpe`` and
+    - ``epsilon``, ``delta``: the target guarantee over the whole run (required; epsilon > 0,
+      0 < delta < 1).
+    - ``reward_bound``: R, every reward is clipped to [-R, R] (required: it fixes the
+      sensitivity).
+    - ``unit``: what the guarantee protects: ``pull`` (one reward of a client) or ``client``
+      (all of a client's rewards).
+    - ``noise``: false releases the clean statistics (for testing only: no guarantee).
+    """
+
+    epsilon: float = Field(gt=0)
+    delta: float = Field(gt=0, lt=1)
+    reward_bound: float = Field(gt=0)
+    unit: PhaseUnit = "pull"
+    noise: bool = True
+
+
+def _accounting(spec: ProblemSpec, params: PrivateFedPEParams, report: bool) -> PhaseAccounting:
+    phases = last_phase(spec.horizon, spec.num_arms) + 1
+    return phase_accounting(
+        params.unit, params.epsilon, params.delta, phases, params.reward_bound, report
+    )
+
+
+def effective_counts(
+    counts: np.ndarray, accounting: PhaseAccounting, noise_sigma: float
+) -> np.ndarray:
+    """n / (1 + n tau^2 / sigma^2): the count of clean pulls whose mean has the variance
+    sigma^2 / n + tau^2 of a released noisy mean (tau from ``accounting``)."""
+    tau = accounting.mean_noise_std(counts)
+    return counts / (1.0 + counts * tau**2 / noise_sigma**2)
+
+
+class PrivateFedPEServer(PhasedEliminationServer):
+    """Fed-PE's server on noisy estimates: effective counts as weights; reports the accounting
+    and the rewards the clients clipped."""
+
+    def __init__(self, spec: ProblemSpec, params: PrivateFedPEParams) -> None:
+        super().__init__(spec, params, _VARIANT)
+        self.private = params
+        self.accounting = _accounting(spec, params, report=True)
+        self.sigma = params.noise_sigma if params.noise_sigma is not None else spec.noise_sigma
+        self.clipped = np.zeros(spec.num_clients, dtype=np.int64)
+
+    def aggregate(self, reply: Message) -> None:
+        if "clipped_rewards" in reply.meta:
+            self.clipped[reply.client_ids] = reply.meta["clipped_rewards"]
+        super().aggregate(reply)
+
+    def _aggregate_report(self, reply: Message) -> None:
+        if not self.private.noise:
+            super()._aggregate_report(reply)
+            return
+        rows = self._rows(reply.client_ids)
+        counts = np.zeros(self.active.shape, dtype=np.int64)
+        counts[rows] = reply.fields["counts"]
+        if self.phase == 0:
+            self._learn_vectors(reply, rows)
+        assert self.vectors is not None
+        estimates = np.zeros((*self.active.shape, self.spec.dim))
+        estimates[rows] = reply.fields["estimate"]
+        weights = effective_counts(counts, self.accounting, self.sigma)
+        theta, cov, _ = aggregate_directions(
+            estimates, weights, self.vectors, self.group, self.num_groups
+        )
+        pulled = np.zeros(self.num_groups, dtype=bool)
+        np.logical_or.at(pulled, self.group, counts.sum(axis=0) > 0)
+        self.theta[pulled], self.cov[pulled] = theta[pulled], cov[pulled]
+        if self.phase >= self.final_phase:
+            self.stage = "done"
+        else:
+            self.phase += 1
+            self.stage = "eliminate"
+
+    def report(self) -> dict[str, Any]:
+        """The guarantee and its accounting, and how many rewards the clients clipped."""
+        return {
+            "privacy": {**self.accounting.as_dict(), "noise": self.private.noise},
+            "clipped": {"features": 0, "rewards": int(self.clipped.sum())},
+        }
+
+
+class PrivateFedPEClient(PhasedEliminationClient):
+    """Fed-PE's clients, clipping every reward and adding noise to each phase's mean rewards."""
+
+    def __init__(
+        self, spec: ProblemSpec, params: PrivateFedPEParams, env: BanditEnvironment
+    ) -> None:
+        super().__init__(spec, params, _VARIANT, env)
+        self.private = params
+        self.accounting = _accounting(spec, params, report=False)
+        self.clipped_rewards = np.zeros(env.num_clients, dtype=np.int64)
+        self.detail_rngs = client_generators(env.entropy, env.client_ids, REWARD_DETAIL_DOMAIN)
+        self.noise_rngs = client_generators(env.entropy, env.client_ids, PRIVACY_DOMAIN)
+
+    STATE = (*PhasedEliminationClient.STATE, "clipped_rewards")
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {
+            **super().state_dict(),
+            **with_prefix("detail_rng.", generators_to_arrays(self.detail_rngs)),
+            **with_prefix("noise_rng.", generators_to_arrays(self.noise_rngs)),
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(state)
+        self.detail_rngs = generators_from_arrays(strip_prefix("detail_rng.", state))
+        self.noise_rngs = generators_from_arrays(strip_prefix("noise_rng.", state))
+
+    def _observe(self, requested: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        executed, sums = self.env.pull_counts(requested)
+        sums, clipped = self.env.clip_block_rewards(
+            executed, sums, self.private.reward_bound, self.detail_rngs
+        )
+        self.clipped_rewards += clipped
+        if self.private.noise:
+            tau = self.accounting.mean_noise_std(executed)
+            noise = np.stack([rng.standard_normal(self.spec.num_arms) for rng in self.noise_rngs])
+            sums = sums + executed * tau * noise  # the noisy mean times n
+        return executed, sums
+
+    def _explore(self, message: Message, rows: np.ndarray) -> Message:
+        reply = super()._explore(message, rows)
+        return dataclasses.replace(
+            reply, meta={**reply.meta, "clipped_rewards": self.clipped_rewards[rows].copy()}
+        )
+
+
+def _make_client(spec: ProblemSpec, params: PrivateFedPEParams, env: Any) -> PrivateFedPEClient:
+    return PrivateFedPEClient(spec, params, environment_of(env, BanditEnvironment))
+
+
+#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+PRIVATE_FEDPE = AlgorithmSpec(
+    name="private_fedpe",
+    description="Fed-PE with Gaussian noise on each phase's mean rewards, clipped rewards (DP)",
+    params=PrivateFedPEParams,
+    make_server=lambda spec, params: PrivateFedPEServer(spec, params),
+    make_client=_make_client,
+)
