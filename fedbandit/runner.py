@@ -663,14 +663,18 @@ def summary_table(summary: dict[str, Any]) -> str:
             + (f"{entry['epsilon']:>9.3g}" if "epsilon" in entry else f"{'-':>9}")
         )
         if "epsilon" in entry:
-            private.append(f"{name} (delta {entry['delta']:.3g}, {entry['privacy']['model']})")
+            privacy = entry["privacy"]
+            private.append(
+                f"{name} (delta {entry['delta']:.3g}, {privacy['model']}; neighbours: "
+                f"{privacy['neighbouring']})"
+            )
     lines.append(
         "R(T)/M: cumulative regret per client at T (mean over seeds); interval: "
         "95% Student-t over seeds; up/down: scalars sent per client over the run"
     )
     if private:
         lines.append(
-            "epsilon: privacy spent per user of each silo over the run, by dp_accounting's PLD "
-            "accountant: " + ", ".join(private)
+            "epsilon: privacy spent over the run, by dp_accounting's PLD accountant: "
+            + "; ".join(private)
         )
     return "\n".join(lines)
