@@ -71,7 +71,11 @@ def test_privacy_benchmark_reports_the_measured_ratio():
     expected = result["private_seconds"] / result["batched_seconds"]
     assert result["overhead_ratio"] == pytest.approx(expected, rel=1e-12)
     assert result["private_seconds"] > 0 and result["batched_seconds"] > 0
-    assert "private_fedlinucb" in format_table("privacy", result)
+    assert result["fedpe_overhead_ratio"] == pytest.approx(
+        result["private_fedpe_seconds"] / result["fedpe_seconds"], rel=1e-12
+    )
+    table = format_table("privacy", result)
+    assert "private_fedlinucb" in table and "private_fedpe" in table
 
 
 @pytest.mark.slow

@@ -410,7 +410,8 @@ def bench_privacy(quick: bool = False) -> dict[str, Any]:
     """Seconds per seed of ``private_fedlinucb`` (silo LDP, eps = 1, delta = 0.01) against its
     non-private schedule ``batched_fedlinucb``, interleaved, best of 3, at the authors' synthetic
     sizes (``Fed_Lin_Bandit.py``: M = 100 silos, K = 100 arms, d = 10, B = 25, unit contexts;
-    T = 10,000 there and here, 500 quick)."""
+    T = 10,000 there and here, 500 quick); and ``private_fedpe`` against ``fedpe``
+    (``_bench_private_fedpe``)."""
     horizon = 500 if quick else 10_000
     instance = contextual_instance(
         ContextualParams(
@@ -426,6 +427,7 @@ def bench_privacy(quick: bool = False) -> dict[str, Any]:
         for name, params in runs.items():
             seconds[name].append(simulate(instance, name, horizon, [0, 0], params).seconds)
     best = {name: min(values) for name, values in seconds.items()}
+    fedpe = _bench_private_fedpe(quick)
     return {
         "M": 100,
         "K": 100,
@@ -434,7 +436,36 @@ def bench_privacy(quick: bool = False) -> dict[str, Any]:
         "batched_seconds": best["batched_fedlinucb"],
         "private_seconds": best["private_fedlinucb"],
         "overhead_ratio": best["private_fedlinucb"] / best["batched_fedlinucb"],
+        **fedpe,
         "quick": quick,
+    }
+
+
+def _bench_private_fedpe(quick: bool) -> dict[str, Any]:
+    """Seconds per seed of ``private_fedpe`` (eps = 1, delta = 0.01, R = 4) against ``fedpe``,
+    interleaved, best of 5, on the paper's synthetic instance (M = 100, K = 10, d = 3,
+    T = 2^17; 2^12 quick); and of ``private_fedpe`` with ``noise = false``, to separate the
+    clipping (one normal draw per pull) from the noise."""
+    horizon = 2**12 if quick else 2**17
+    instance = paper_synthetic(PaperSyntheticParams())
+    private = {"epsilon": 1.0, "delta": 0.01, "reward_bound": 4.0}
+    runs = [
+        ("fedpe", "fedpe", None),
+        ("private", "private_fedpe", private),
+        ("clipping_only", "private_fedpe", {**private, "noise": False}),
+    ]
+    simulate(instance, "private_fedpe", 64, [0, 0], private)  # compile and import first
+    seconds: dict[str, list[float]] = {key: [] for key, _, _ in runs}
+    for _ in range(5):
+        for key, name, params in runs:
+            seconds[key].append(simulate(instance, name, horizon, [0, 0], params).seconds)
+    best = {key: min(values) for key, values in seconds.items()}
+    return {
+        "fedpe_T": horizon,
+        "fedpe_seconds": best["fedpe"],
+        "private_fedpe_seconds": best["private"],
+        "clipping_only_seconds": best["clipping_only"],
+        "fedpe_overhead_ratio": best["private"] / best["fedpe"],
     }
 
 
@@ -564,6 +595,18 @@ def format_table(name: str, result: dict[str, Any]) -> str:
                 f"{result['overhead_ratio']:.2f}",
             ),
             ("", "", "target <= 1.20"),
+            (f"fedpe (M=100, K=10, d=3, T={result['fedpe_T']})", "", ""),
+            ("fedpe", f"{result['fedpe_seconds']:.3f}", "1.00"),
+            (
+                "private_fedpe",
+                f"{result['private_fedpe_seconds']:.3f}",
+                f"{result['fedpe_overhead_ratio']:.2f}",
+            ),
+            (
+                "  noise = false (clipping only)",
+                f"{result['clipping_only_seconds']:.3f}",
+                f"{result['clipping_only_seconds'] / result['fedpe_seconds']:.2f}",
+            ),
         ]
         title = (
             f"privacy: M={result['M']}, K={result['K']}, d={result['d']}, T={result['T']}, "
