@@ -274,3 +274,35 @@ def test_per_step_protocols_run_ahead_on_a_deployment(deployment, tmp_path):
     for algorithm in algorithms:
         rounds = len(files_of(tmp_path / "flower", algorithm, "latency"))
         assert rounds < 300 / 5, (algorithm, rounds)
+
+
+def test_results_come_back_through_the_run_log(deployment, tmp_path):
+    """The ServerApp writes nothing on its host (``same_host=False``, as for a SuperLink on
+    another machine): the seed's files reach the driver's folder through the Flower run's log,
+    checked by SHA-256; the CSVs equal the local run's byte for byte, the JSON but its seconds."""
+    from fedbandit.config import load_experiment
+    from fedbandit.flower.deployment import Submission, run_seed
+    from fedbandit.runspec import RunSpec, RuntimeOptions
+    from fedbandit.runtimes import local_seed_files
+
+    superlink = start_loopback(deployment, ["0-2", "3-5"])
+    experiment = load_experiment(
+        "fedpe_tiny", ["instance.num_clients=6", "horizon=256", 'algorithms=["fedpe"]']
+    )
+    options = RuntimeOptions(runtime="flower", superlink=superlink, insecure=True)
+    spec = RunSpec(experiment=experiment, algorithm="fedpe", seed=0, options=options)
+    submission = Submission(superlink=superlink, state_dir=tmp_path / "flwr", insecure=True)
+    out = tmp_path / "driver"
+    run_id = run_seed(submission, spec, out, same_host=False)
+    local = local_seed_files(spec)
+    for path, text in local.items():
+        arrived = (out / path).read_text()
+        if path.endswith(".json"):
+            mine, theirs = json.loads(text), json.loads(arrived)
+            mine.pop("seconds"), theirs.pop("seconds")
+            assert mine == theirs
+        else:
+            assert arrived == text, path
+    assert (out / "runs" / "fedpe" / "seed_0.latency.csv").is_file()
+    carried = submission.fetch_result_files(run_id, "fedpe seed 0")
+    assert set(carried) == {*local, "runs/fedpe/seed_0.latency.csv"}

@@ -54,6 +54,7 @@ from fedbandit.flower.deployment import ERROR_MARK, unreachable
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.flower.internals import pull_backoff
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
+from fedbandit.flower.result_log import encode_files
 from fedbandit.instances import Instance
 from fedbandit.registry import build_instance
 from fedbandit.simulation import SeedResult, build_federation, build_server
@@ -70,8 +71,8 @@ __all__ = [
     "discover_nodes",  # re-exported from fedbandit.flower.grid_runtime
     "job_from_json",  # re-exported from fedbandit.flower.job
     "job_to_json",  # re-exported from fedbandit.flower.job
+    "latency_file",
     "node_clients",
-    "write_latency",
 ]
 
 
@@ -378,29 +379,34 @@ def exit_when_unreachable(
 
 
 def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:
-    """Write the finished seed into ``result-dir`` (on the SuperLink host), as a local run does."""
-    from fedbandit.results import write_seed_result  # pandas: the ServerApp's end only
+    """Send the finished seed's files to the driver through the run's log
+    (``fedbandit.flower.result_log``); also write them into ``result-dir`` when the run config
+    names one (the driver on the SuperLink's host: the seed's JSON appearing there tells it the
+    run is ending)."""
+    from fedbandit.results import seed_files, write_files  # pandas: the ServerApp's end only
 
-    result_dir = str(context.run_config.get("result-dir", ""))
-    if not result_dir:
-        raise ValueError("the run config has no 'result-dir': nowhere to write the results")
     outcome = job.results.pop()
-    write_latency(Path(result_dir), job.algorithm, job.spec.seed, job.timings)
-    write_seed_result(
-        job.config,
-        Path(result_dir),
-        job.spec.seed,
-        SeedResult.of(job.algorithm, job.entropy, outcome, seconds),
-    )
+    result = SeedResult.of(job.algorithm, job.entropy, outcome, seconds)
+    files = {
+        **latency_file(job.algorithm, job.spec.seed, job.timings),
+        **seed_files(job.config, job.spec.seed, result),
+    }
+    for line in encode_files(files):  # before the JSON appears: the driver then reads the log
+        print(line, flush=True)
+    result_dir = str(context.run_config.get("result-dir", ""))
+    if result_dir:
+        write_files(Path(result_dir), files)
 
 
-def write_latency(run_dir: Path, algorithm: str, seed: int, timings: list[dict[str, Any]]) -> None:
-    """``seed_K.latency.csv``: per exchange the server compute, Flower transport and client
-    compute seconds (transport = exchange wall time minus the slowest node's handler)."""
+def latency_file(algorithm: str, seed: int, timings: list[dict[str, Any]]) -> dict[str, str]:
+    """``seed_K.latency.csv`` as (relative path, text): per exchange the server compute, Flower
+    transport and client compute seconds (transport = exchange wall time minus the slowest
+    node's handler)."""
     import pandas as pd  # a fifth of a second to import: only where a latency table is written
 
-    from fedbandit.results import atomic_write_csv, seed_stem
+    from fedbandit.results import seed_stem
 
     frame = pd.DataFrame(timings, columns=["round", "kind", "server_s", "exchange_s", "client_s"])
     frame["transport_s"] = frame["exchange_s"] - frame["client_s"]
-    atomic_write_csv(seed_stem(run_dir, algorithm, seed).with_suffix(".latency.csv"), frame)
+    path = seed_stem(Path("."), algorithm, seed).with_suffix(".latency.csv")
+    return {str(path): frame.to_csv(index=False)}

@@ -32,6 +32,7 @@ import tomli_w
 
 from fedbandit.errors import ConfigError, DeploymentError
 from fedbandit.flower.job import FlowerJob, job_to_json
+from fedbandit.flower.result_log import decode_files
 from fedbandit.runspec import RunSpec
 
 # fedbandit.results (pandas, a fifth of a second) is imported by run_seed, which reads a seed's
@@ -59,6 +60,8 @@ DEPLOYMENT_POLL_SECONDS = 0.05
 ERROR_MARK = "fedbandit-error: "
 #: Seconds ``fedbandit run`` waits for an unreachable SuperLink to come back before giving up.
 UNREACHABLE_GRACE_SECONDS = 15.0
+#: Seconds the driver keeps asking for a finished run's log until its result files are there.
+LOG_WAIT_SECONDS = 15.0
 
 
 def unreachable(address: str, timeout: float = 3.0) -> str | None:
@@ -437,6 +440,26 @@ class Submission:
             return f"(log unavailable: {err})"
         return "\n".join(text.splitlines()[-lines:])
 
+    def fetch_result_files(self, run_id: int, label: str) -> dict[str, str]:
+        """A finished run's result files (relative path -> text) from its log, each checked
+        against its SHA-256 (``fedbandit.flower.result_log``). The ServerApp's last log lines
+        may reach the SuperLink a few seconds after the run has finished: asks again for up to
+        ``LOG_WAIT_SECONDS``."""
+        env = self.environment()
+        what = f"Flower run {run_id} ({label})"
+        deadline = time.monotonic() + LOG_WAIT_SECONDS
+        while True:
+            log = self.flwr(env, "log", str(run_id), CONNECTION, "--show", timeout=120)
+            files = decode_files(log, what)
+            if files is not None:
+                return files
+            if time.monotonic() > deadline:
+                raise DeploymentError(
+                    f"{what} finished, but its log carries no result files after "
+                    f"{LOG_WAIT_SECONDS:g} s: see `flwr log {run_id}` on the SuperLink"
+                )
+            time.sleep(1.0)
+
     def _stop(self, env: dict[str, str], run_id: int, label: str) -> None:
         """``flwr stop`` the run; says on standard error whether it was stopped."""
         try:
@@ -453,23 +476,27 @@ class SuperLinkLostError(DeploymentError):
     """The SuperLink stopped answering during a run (it was not stopped: there is nobody to ask)."""
 
 
-def run_seed(submission: Submission, spec: RunSpec, run_dir: Path) -> int:
-    """Run one seed of ``spec`` on the deployment; the remote ServerApp writes its result files
-    into ``run_dir`` (a path on the SuperLink host). Returns the Flower run id."""
-    from fedbandit.results import seed_status, seed_stem
+def run_seed(
+    submission: Submission, spec: RunSpec, run_dir: Path, same_host: bool | None = None
+) -> int:
+    """Run one seed of ``spec`` on the deployment and write its result files into ``run_dir``
+    (on this machine). Returns the Flower run id.
+
+    The files come back through the Flower run's log (``fetch_result_files``), from a SuperLink
+    on any host. ``same_host`` (default: whether the SuperLink's address is a loopback one) also
+    lets the ServerApp write them into ``run_dir`` itself, whose seed JSON then tells the driver
+    at once that the run is ending (otherwise it asks ``flwr ls`` every ``status_seconds``)."""
+    from fedbandit.results import seed_stem, write_files
 
     job = FlowerJob(spec, num_nodes=0, poll_seconds=DEPLOYMENT_POLL_SECONDS)
     algorithm, seed = spec.algorithm, spec.seed
     run_dir = Path(run_dir).resolve()
-    run_id = submission.run(
-        {"job": job_to_json(job), "result-dir": str(run_dir), "seed": seed},
-        f"{algorithm}-seed{seed}",
-        seed_stem(run_dir, algorithm, seed).with_suffix(".json"),
-    )
-    if seed_status(run_dir, algorithm, seed) is None:
-        raise DeploymentError(
-            f"run {run_id} finished but {run_dir} holds no result for {algorithm} seed {seed}: "
-            "the ServerApp writes into this path on the SuperLink host; run `fedbandit run` "
-            "there or give --out a folder both hosts share"
-        )
+    if same_host is None:
+        same_host = is_loopback(split_address(submission.superlink)[0])
+    done_file = seed_stem(run_dir, algorithm, seed).with_suffix(".json") if same_host else None
+    run_config: dict[str, object] = {"job": job_to_json(job), "seed": seed}
+    if same_host:
+        run_config["result-dir"] = str(run_dir)
+    run_id = submission.run(run_config, f"{algorithm}-seed{seed}", done_file)
+    write_files(run_dir, submission.fetch_result_files(run_id, f"{algorithm} seed {seed}"))
     return run_id

@@ -1,0 +1,58 @@
+"""fedbandit.flower.result_log: a seed's files through a Flower run's log, checked on arrival."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedbandit.errors import DeploymentError
+from fedbandit.flower.result_log import CHUNK, decode_files, encode_files
+
+FILES = {
+    "runs/fedpe/seed_0.regret.csv": "t,regret\n1,0.5\n2,0.75\n",
+    "runs/fedpe/seed_0.empty.csv": "",
+    "runs/fedpe/seed_0.big.csv": "x" * (2 * CHUNK) + "é\n",  # three base64 lines, non-ASCII
+    "runs/fedpe/seed_0.json": '{"status": "complete"}\n',
+}
+
+
+def as_log(lines: list[str]) -> str:
+    """The lines amid what a run log also holds: Flower's coloured lines and other prints."""
+    noise = ["\x1b[92mINFO \x1b[0m:      Starting", "some print ##fedbandit-file not a mark"]
+    return "\n".join([noise[0], *lines[:2], noise[1], *lines[2:], noise[0]]) + "\n"
+
+
+def test_the_files_come_back_whole_and_in_order():
+    lines = list(encode_files(FILES))
+    assert sum(line.startswith("##fedbandit-file") for line in lines) == 1 + 1 + 3 + 1
+    decoded = decode_files(as_log(lines), "run 7")
+    assert decoded == FILES and list(decoded) == list(FILES)
+
+
+def test_an_unfinished_emission_is_not_read_yet():
+    lines = list(encode_files(FILES))
+    assert decode_files(as_log(lines[:-1]), "run 7") is None
+
+
+def test_the_last_complete_emission_counts():
+    first = list(encode_files({"a.csv": "old\n"}))
+    second = list(encode_files({"a.csv": "new\n"}))
+    assert decode_files(as_log(first[:1] + second), "run 7") == {"a.csv": "new\n"}
+
+
+def test_a_changed_byte_is_a_one_line_error_naming_the_file():
+    lines = list(encode_files(FILES))
+    index = next(i for i, line in enumerate(lines) if "seed_0.json" in line)
+    mark, seq, position, digest, path, chunk = lines[index].split(" ")
+    lines[index] = " ".join([mark, seq, position, digest, path, chunk[:-4] + "AAAA"])
+    with pytest.raises(DeploymentError, match=r"run 7: runs/fedpe/seed_0.json arrived corrupted"):
+        decode_files(as_log(lines), "run 7")
+
+
+def test_a_missing_part_or_file_is_named():
+    lines = list(encode_files(FILES))
+    big = [i for i, line in enumerate(lines) if "seed_0.big.csv" in line]
+    with pytest.raises(DeploymentError, match=r"seed_0.big.csv arrived in 2 of 3 parts"):
+        decode_files(as_log([line for i, line in enumerate(lines) if i != big[1]]), "run 7")
+    without = [line for line in lines if "regret.csv" not in line]
+    with pytest.raises(DeploymentError, match=r"holds 3 result files, not the 4 announced"):
+        decode_files(as_log(without), "run 7")
