@@ -101,7 +101,8 @@ def run(
     experiment's algorithms. ``runtime`` is a runtime name (``local``, ``flower-sim``) or
     ``RuntimeOptions`` (for ``flower``: the SuperLink and TLS options). With ``out`` the results
     folder is written (and an existing one resumed) with plots, as by ``fedbandit run``; with
-    ``out=None`` the run is made in a temporary folder that is read into memory and deleted.
+    ``out=None`` the run is made in a temporary folder that is read into memory and deleted
+    (also on a deployment: its results come back through the Flower run's log).
     A run whose memory estimate exceeds the available memory is refused unless ``force``.
     """
     config = _experiment(experiment, overrides)
@@ -119,8 +120,6 @@ def run(
             config, Path(out), workers, progress, options, selected, force=force
         )
         return load_results(run_dir)
-    if options.runtime == "flower":
-        raise ConfigError("runtime 'flower' writes its results on the SuperLink host: give out=")
     with tempfile.TemporaryDirectory(prefix="fedbandit-") as folder:
         run_dir = run_experiment(
             config, Path(folder), workers, progress, options, selected, plots=False, force=force

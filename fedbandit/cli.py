@@ -3,8 +3,8 @@
 Commands: ``list`` (experiments; ``--algorithms``, ``--instances``: what is registered, plugins
 included), ``run`` (an experiment on a runtime), ``sweep`` (a parameter study), ``collect`` (one
 table from run folders), ``plot`` (rebuild a results or sweep folder's plots),
-``bench`` (benchmarks), and for Flower deployments ``superlink``, ``supernode``, ``keys`` and
-``register-node``. Every foreseeable error is one line on standard error with exit status 2;
+``bench`` (benchmarks), and for Flower deployments ``superlink``, ``supernode``, ``keys``,
+``register-node``, and ``status`` and ``pull`` (a run submitted with ``run --detach``). Every foreseeable error is one line on standard error with exit status 2;
 a run left incomplete (an aborted seed, a deployment that failed mid-run: the folder keeps the
 finished seeds and resumes) exits with 3, an interrupted one (Ctrl-C, SIGTERM) with 130.
 """
@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from fedbandit.bench import BENCHMARKS, format_table
-from fedbandit.config import available_experiments, load_experiment
+from fedbandit.config import ExperimentConfig, available_experiments, load_experiment
 from fedbandit.errors import ConfigError, FedbanditError, RunStoppedError
 from fedbandit.federation.runtime import FAILURE_POLICIES
 from fedbandit.flower.certs import add_cli as add_keys_command
@@ -119,6 +119,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     args.out = args.out or default_out_dir(config)
     run_dir = Path(args.out)
+    if args.detach:
+        return _detach(config, options, args)
     try:
         manifest = run(
             config,
@@ -188,6 +190,71 @@ def _exec_flower(
     print(f"fedbandit: {shlex.join(command)}", file=sys.stderr, flush=True)
     os.execvpe(command[0], command, env)
     return 1  # not reached
+
+
+def _detach(config: ExperimentConfig, options: RuntimeOptions, args: argparse.Namespace) -> int:
+    """``run --detach``: submit and return; say how to follow the run."""
+    from fedbandit.results import read_json
+    from fedbandit.runner import run_experiment
+
+    run_dir = run_experiment(
+        config,
+        Path(args.out),
+        args.workers,
+        not args.quiet,
+        options,
+        args.algorithms.split(",") if args.algorithms else None,
+        force=args.force,
+        detach=True,
+    )
+    detached = read_json(run_dir / "manifest.json").get("detached")
+    if detached is None:
+        print(f"fedbandit: nothing to submit: every run of {run_dir} is done")
+        return 0
+    print(
+        f"fedbandit: submitted {len(detached['runs'])} runs as Flower run "
+        f"{detached['flower_run']} on {detached['superlink']}; follow it with `fedbandit status "
+        f"{run_dir}` and fetch the results with `fedbandit pull {run_dir}`"
+    )
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from fedbandit.runner import detached_status
+
+    heading, lines = detached_status(args.out)
+    print(heading)
+    width = max((len(label) for label, _ in lines), default=0)
+    for label, state in lines:
+        print(f"  {label:<{width}}  {state}")
+    return 0
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    from fedbandit.results import read_json
+    from fedbandit.runner import pull_detached, summary_table
+
+    manifest = pull_detached(args.out)
+    arrived, wanted = manifest["arrived"], manifest["wanted"]
+    print(f"fedbandit: pulled {manifest['pulled']} new runs; {arrived} of {wanted} have arrived")
+    if manifest["status"] == "complete":
+        if not args.quiet:
+            print(summary_table(read_json(args.out / "summary.json")))
+        print(f"results: {args.out} (plots in its plots/ folder)")
+        return 0
+    if "stopped" in manifest:
+        print(
+            f"fedbandit: error: the detached run ended without every seed: {manifest['stopped']}; "
+            f"rerun with --out {args.out} to run the missing ones",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"fedbandit: the run goes on ({manifest['detached']['flower_status']}); "
+            f"`fedbandit pull {args.out}` again later",
+            file=sys.stderr,
+        )
+    return 3
 
 
 def _cmd_superlink(args: argparse.Namespace) -> int:
@@ -469,7 +536,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a round waits for a restarted SuperNode (started with --persist) to "
         "take over a lost node's clients before the failure policy applies",
     )
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="flower: submit the seeds as one Flower run and return; `fedbandit status OUT` "
+        "shows them, `fedbandit pull OUT` fetches those that have finished",
+    )
     run.set_defaults(func=_cmd_run)
+
+    status = sub.add_parser("status", help="the state of each seed of a detached run")
+    status.add_argument("out", type=Path, help="the folder of `fedbandit run ... --detach`")
+    status.set_defaults(func=_cmd_status)
+    pull = sub.add_parser(
+        "pull", help="fetch the finished seeds of a detached run (again: only the new ones)"
+    )
+    pull.add_argument("out", type=Path, help="the folder of `fedbandit run ... --detach`")
+    pull.add_argument("--quiet", action="store_true", help="no table")
+    pull.set_defaults(func=_cmd_pull)
 
     _add_deployment_commands(sub)
 

@@ -10,6 +10,7 @@ manifest says ``incomplete`` until every task is done.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import sys
 import time
@@ -22,9 +23,10 @@ from typing import Any, Protocol, TextIO
 import tomli_w
 from tqdm import tqdm
 
-from fedbandit.config import ExperimentConfig
+from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError, DeploymentError, RunStoppedError
 from fedbandit.executors.ray_executor import run_on_ray
+from fedbandit.flower.deployment import Submission, detached_state, submit_detached
 from fedbandit.instances import Instance
 from fedbandit.registry import algorithms as registered_algorithms
 from fedbandit.registry import build_instance, instance_kinds
@@ -39,6 +41,7 @@ from fedbandit.results import (
     read_json,
     remove_stale_temporaries,
     seed_done,
+    seed_status,
     seed_stem,
     summarize,
     write_files,
@@ -309,11 +312,16 @@ def run_experiment(
     algorithms: list[str] | None = None,
     plots: bool = True,
     force: bool = False,
+    detach: bool = False,
 ) -> Path:
     """Run every (algorithm, seed) not yet done in ``out_dir`` on the runtime of ``options``
     (default: local); ``algorithms`` restricts the run to some of the experiment's algorithms.
-    Writes the manifest, ``summary.json`` and (with ``plots``) the plots; returns the folder."""
+    Writes the manifest, ``summary.json`` and (with ``plots``) the plots; returns the folder.
+    ``detach`` (runtime ``flower`` only) submits the seeds as one Flower run and returns at
+    once, the run recorded in the manifest's ``detached`` (``pull_detached`` fetches them)."""
     options = options or RuntimeOptions()
+    if detach and options.runtime != "flower":
+        raise ConfigError(f"--detach applies to --runtime flower, not {options.runtime!r}")
     entry = RUNTIMES[options.runtime]
     run_dir = Path(out_dir) if out_dir is not None else default_out_dir(config)
     selected = list(algorithms) if algorithms is not None else list(config.algorithms)
@@ -344,7 +352,19 @@ def run_experiment(
         done = len(every) - len(tasks)
         what = f"resuming {run_dir}: {done} of {len(every)} runs already done"
         print(f"fedbandit: {what if resumed else f'results folder {run_dir}'}", file=sys.stderr)
-        _say_rough_time(config, instance, tasks, workers)
+        if not detach:
+            _say_rough_time(config, instance, tasks, workers)
+    if detach and tasks:
+        submission = Submission.of(options, run_dir)
+        manifest["detached"] = {
+            "flower_run": submit_detached(submission, tasks),
+            "superlink": options.superlink,
+            "runs": [f"{spec.algorithm}/seed_{spec.seed}" for spec in tasks],
+            "submitted": dt.datetime.now().isoformat(timespec="seconds"),
+        }
+        record_failures(run_dir, config, manifest)
+        atomic_write_json(run_dir / "manifest.json", manifest)
+        return run_dir
     bar = progress_bar(len(tasks), config.name, progress)
     failed: DeploymentError | None = None
     try:
@@ -385,6 +405,80 @@ def _plot(run_dir: Path, manifest: dict[str, Any]) -> None:
     else:
         if manifest.pop("plots_error", None) is not None:
             atomic_write_json(run_dir / "manifest.json", manifest)
+
+
+def _detached_run(run_dir: Path) -> tuple[dict[str, Any], Submission, int]:
+    """The manifest of a folder made by ``run --detach``, the submission that reaches its
+    SuperLink (as recorded) and the Flower run id."""
+    manifest_path = Path(run_dir) / "manifest.json"
+    if not manifest_path.is_file():
+        raise ConfigError(f"{run_dir} holds no run (no manifest.json)")
+    manifest = read_json(manifest_path)
+    detached = manifest.get("detached")
+    if not detached:
+        raise ConfigError(
+            f"{run_dir} holds no detached run: `fedbandit run ... --runtime flower --detach` "
+            "makes one"
+        )
+    options = RuntimeOptions.model_validate(manifest["runtime_options"])
+    return manifest, Submission.of(options, Path(run_dir)), int(detached["flower_run"])
+
+
+def detached_status(run_dir: Path) -> tuple[str, list[tuple[str, str]]]:
+    """A detached run's Flower status and each of its seeds' state: "pulled" (with its
+    status), "finished" (not pulled yet), "running, round N", "queued", "failed: REASON" or
+    "not run"."""
+    manifest, submission, run_id = _detached_run(run_dir)
+    state = detached_state(submission, run_id)
+    running = not state.status.startswith("finished")
+    lines = []
+    for label in manifest["detached"]["runs"]:
+        algorithm, seed_text = label.split("/seed_")
+        key = (algorithm, int(seed_text))
+        event = state.progress.get(key)
+        if (status := seed_status(Path(run_dir), *key)) is not None:
+            lines.append((label, f"pulled ({status})"))
+        elif key in state.files:
+            texts = state.files[key]
+            info = json.loads(next(t for p, t in texts.items() if p.endswith(".json")))
+            lines.append((label, f"finished ({info.get('status', 'complete')}), not pulled yet"))
+        elif event is not None and event != "stopped" and running:
+            round_ = event.removeprefix("round ") if event.startswith("round") else "0"
+            lines.append((label, f"running, round {round_}"))
+        elif event is not None and not running:
+            lines.append((label, f"failed: {state.error or 'the Flower run ended'}"))
+        else:
+            lines.append((label, "queued" if running else "not run"))
+    return f"Flower run {run_id}: {state.status}", lines
+
+
+def pull_detached(run_dir: Path, plots: bool = True) -> dict[str, Any]:
+    """Fetch the seeds of a detached run that have finished and are not in ``run_dir`` yet
+    (idempotent: a seed already here is left as it is), then update the manifest and
+    ``summary.json`` (and the plots once every seed has arrived). Returns the manifest, with
+    ``pulled`` (how many seeds this call fetched) and, once the Flower run has ended without
+    every seed, ``stopped`` (why)."""
+    run_dir = Path(run_dir)
+    manifest, submission, run_id = _detached_run(run_dir)
+    config = validate_experiment(manifest["config"])
+    state = detached_state(submission, run_id)
+    pulled = 0
+    for (algorithm, seed), files in state.files.items():
+        if seed_status(run_dir, algorithm, seed) is None:
+            write_files(run_dir, files)
+            pulled += 1
+    record_failures(run_dir, config, manifest)
+    wanted = manifest["detached"]["runs"]
+    arrived = [label for label in wanted if label not in manifest["missing_runs"]]
+    if state.status.startswith("finished") and len(arrived) < len(wanted):
+        manifest["stopped"] = state.error or f"the Flower run ended {state.status!r}"
+    manifest["detached"]["flower_status"] = state.status
+    manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
+    atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
+    atomic_write_json(run_dir / "manifest.json", manifest)
+    if plots and manifest["status"] == "complete":
+        _plot(run_dir, manifest)
+    return {**manifest, "pulled": pulled, "arrived": len(arrived), "wanted": len(wanted)}
 
 
 def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str, Any]) -> None:

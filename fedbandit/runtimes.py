@@ -84,15 +84,7 @@ def _run_flower_sim_seeds(tasks: list[tuple[RunSpec, Path]], finished: SeedFinis
 def _run_flower(spec: RunSpec, run_dir: Path) -> float:
     """One Flower run on the deployment's SuperLink; its ServerApp writes the seed's files."""
 
-    options = spec.options
-    assert options.superlink is not None  # RuntimeOptions checks it
-    submission = Submission(
-        superlink=options.superlink,
-        state_dir=Path(run_dir).resolve() / "flower",
-        insecure=options.insecure,
-        root_certificates=options.root_certificates,
-        run_timeout=options.run_timeout,
-    )
+    submission = Submission.of(spec.options, Path(run_dir))
     started = time.perf_counter()
     run_seed(submission, spec, Path(run_dir))
     return time.perf_counter() - started

@@ -306,3 +306,94 @@ def test_results_come_back_through_the_run_log(deployment, tmp_path):
     assert (out / "runs" / "fedpe" / "seed_0.latency.csv").is_file()
     carried = submission.fetch_result_files(run_id, "fedpe seed 0")
     assert set(carried) == {*local, "runs/fedpe/seed_0.latency.csv"}
+
+
+def test_a_detached_run_is_followed_and_pulled(deployment, tmp_path, capsys):
+    """`run --detach` submits the two seeds as one Flower run and returns; `status` names each
+    seed's state; `pull` fetches the seeds that have finished (exit 3 while the run goes on,
+    0 once every seed is here), again without fetching twice; the folder equals a local run's,
+    and the files came through the run's log alone (the ServerApp got no folder to write)."""
+    experiment = ["fedpe_tiny", *TINY, "--seeds", "2", "--set", 'algorithms=["fedpe"]']
+    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
+    superlink = start_loopback(deployment, ["0-2", "3-5"])
+    out = tmp_path / "detached"
+    started = time.monotonic()
+    code = run_cli(
+        "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
+        "--out", str(out), "--detach",
+    )  # fmt: skip
+    assert code == 0, deployment.logs()
+    assert time.monotonic() - started < 60  # returned on submission, not after the run
+    manifest = read_json(out / "manifest.json")
+    assert manifest["detached"]["runs"] == ["fedpe/seed_0", "fedpe/seed_1"]
+    assert manifest["status"] == "incomplete"
+    capsys.readouterr()
+    assert run_cli("status", str(out)) == 0
+    shown = capsys.readouterr().out
+    assert f"Flower run {manifest['detached']['flower_run']}" in shown
+    assert "fedpe/seed_1" in shown and any(
+        state in shown for state in ("queued", "running", "finished", "pulled")
+    )
+    deadline = time.monotonic() + 300
+    while (code := run_cli("pull", str(out), "--quiet")) == 3:
+        assert time.monotonic() < deadline, deployment.logs()
+        time.sleep(3)
+    assert code == 0, deployment.logs()
+    assert "have arrived" in capsys.readouterr().out
+    assert_same_results(tmp_path / "local", out, ["fedpe"])
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "local" / "runs" / "fedpe" / "seed_1.regret.csv"),
+        pd.read_csv(out / "runs" / "fedpe" / "seed_1.regret.csv"),
+    )
+    assert read_json(out / "manifest.json")["status"] == "complete"
+    assert (out / "summary.json").is_file() and (out / "plots").is_dir()
+    assert run_cli("pull", str(out), "--quiet") == 0
+    assert "pulled 0 new runs; 2 of 2" in capsys.readouterr().out
+    assert run_cli("status", str(out)) == 0
+    assert capsys.readouterr().out.count("pulled (complete)") == 2
+
+
+def test_a_detached_run_survives_its_driver_host(deployment, tmp_path):
+    """Across hosts (network namespaces): a driver on one host submits `run --detach` to the
+    SuperLink on another and its host is then torn down; a driver on a new host pulls the
+    folder (copied over, as a user would) once the run is done: the results equal the local
+    run's. Nothing is shared with the ServerApp but the SuperLink's address."""
+    import shutil
+    import subprocess
+    import sys
+
+    from netns import netns_available, virtual_hosts
+
+    if reason := netns_available():
+        pytest.skip(reason)
+    experiment = ["fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]']
+    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
+    fedbandit = [sys.executable, "-m", "fedbandit.cli"]
+    with virtual_hosts(5) as net:
+        link, nodes, first, second = net.hosts[0], net.hosts[1:3], net.hosts[3], net.hosts[4]
+        superlink = deployment.superlink(9092, "--insecure", host=link.address, wrap=link.command)
+        net.wait_for_tcp(link.address, 9092, timeout=30)
+        for i, (node, clients) in enumerate(zip(nodes, ["0-2", "3-5"], strict=True)):
+            deployment.supernode(
+                f"node{i}", superlink, clients, 9094, "--insecure", wrap=node.command
+            )
+        submitted = tmp_path / "first-host"
+        done = first.run(
+            [*fedbandit, "run", *experiment, "--runtime", "flower", "--superlink", superlink,
+             "--insecure", "--out", str(submitted), "--detach"],
+            timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr + deployment.logs()
+        subprocess.run(["ip", "netns", "del", first.name], check=True)  # the laptop is gone
+        moved = tmp_path / "second-host"
+        shutil.copytree(submitted, moved)
+        deadline = time.monotonic() + 300
+        while True:
+            pulled = second.run([*fedbandit, "pull", str(moved), "--quiet"], timeout=120)
+            if pulled.returncode != 3 or time.monotonic() > deadline:
+                break
+            time.sleep(3)
+        assert pulled.returncode == 0, pulled.stderr + deployment.logs()
+        deployment.close()
+    assert_same_results(tmp_path / "local", moved, ["fedpe"])
+    assert not list(submitted.glob("runs/fedpe/seed_0.*")), "the ServerApp wrote on the driver"

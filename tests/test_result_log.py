@@ -56,3 +56,46 @@ def test_a_missing_part_or_file_is_named():
     without = [line for line in lines if "regret.csv" not in line]
     with pytest.raises(DeploymentError, match=r"holds 3 result files, not the 4 announced"):
         decode_files(as_log(without), "run 7")
+
+
+def test_every_seed_of_a_detached_run_and_its_progress():
+    from fedbandit.flower.result_log import decode_all, progress_line, read_progress
+
+    first = list(encode_files({"runs/a/seed_0.json": "{}\n"}))
+    second = list(encode_files({"runs/a/seed_1.json": "{}\n"}))
+    lines = [
+        progress_line("a", 0, "start"), *first, progress_line("a", 1, "start"),
+        progress_line("a", 1, "round 4"), *second[:-1],
+    ]  # fmt: skip
+    assert decode_all(as_log(lines), "run 7") == [{"runs/a/seed_0.json": "{}\n"}]
+    assert read_progress(as_log(lines)) == {("a", 0): "start", ("a", 1): "round 4"}
+    assert len(decode_all(as_log([*lines, second[-1]]), "run 7")) == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["run", "fedpe_tiny", "--detach"], "--detach applies to --runtime flower"),
+        (["status", "{tmp}"], "holds no run"),
+        (["pull", "{tmp}/local"], "holds no detached run"),
+    ],
+)
+def test_detach_status_and_pull_refuse_in_one_line(tmp_path, argv, named):
+    import subprocess
+    import sys
+
+    local = tmp_path / "local"
+    subprocess.run(
+        [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_tiny", "--seeds", "1", "--quiet",
+         "--set", "horizon=64", "--out", str(local)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
+    if argv[0] == "run":
+        argv += ["--out", str(tmp_path / "other")]
+    done = subprocess.run(
+        [sys.executable, "-m", "fedbandit.cli", *argv], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], done.stderr

@@ -54,13 +54,16 @@ from fedbandit.flower.deployment import ERROR_MARK, unreachable
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.flower.internals import pull_backoff
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
-from fedbandit.flower.result_log import encode_files
+from fedbandit.flower.result_log import encode_files, progress_line
 from fedbandit.instances import Instance
 from fedbandit.registry import build_instance
 from fedbandit.simulation import SeedResult, build_federation, build_server
 
 # fedbandit.results loads pandas (a fifth of a second): the ServerApp imports it where it writes
 # a seed's files, so that a ClientApp process (one per message with a cold SuperNode) does not.
+
+#: Seconds between a detached run's progress lines in its log (at most one per round).
+PROGRESS_SECONDS = 5.0
 
 __all__ = [
     "FlowerGridRuntime",  # re-exported from fedbandit.flower.grid_runtime
@@ -96,12 +99,21 @@ def _jobs(jobs: FlowerJob | Sequence[FlowerJob] | None) -> list[FlowerJob] | Non
     return [jobs] if isinstance(jobs, FlowerJob) else None if jobs is None else list(jobs)
 
 
+@lru_cache(maxsize=4)
+def _jobs_of_run(text: str) -> list[FlowerJob] | None:
+    """The jobs of a detached deployment run (its run config's ``jobs``: a JSON list of jobs),
+    run one after another by one ServerApp; None for a run of one ``job``."""
+    return [job_from_json(job) for job in json.loads(text)] if text else None
+
+
 def _job(jobs: list[FlowerJob] | None, message: Message, context: Context) -> FlowerJob:
     """The job of ``message``: one of those given to the app builder (a simulation runs several,
     one after another; the message's ``group_id`` is its index), or the one the run config
     carries (a deployment runs one job per Flower run). A node that held another job's client
     state forgets it first: every job starts from its own fresh client groups."""
     key = message.metadata.group_id or "0"
+    if jobs is None:
+        jobs = _jobs_of_run(str(context.run_config.get("jobs", "")))
     if jobs is None:
         job = job_from_json(str(context.run_config.get("job", "")))
     else:
@@ -304,6 +316,10 @@ def build_server_app(
         if (address := runtime_api_address(sys.argv)) is not None:
             exit_when_unreachable(address)
         try:
+            detached = _jobs_of_run(str(context.run_config.get("jobs", "")))
+            if detached is not None:
+                run_detached(detached, grid, context)
+                return
             job = job_from_json(str(context.run_config.get("job", "")))
             # the replies' objects: short waits, and a dead uploader costs a share of the round
             pull_backoff.install(pull_backoff.SERVERAPP_MODULE, round_timeout=job.round_timeout)
@@ -313,7 +329,24 @@ def build_server_app(
             log(ERROR, "%s%s", ERROR_MARK, err)
             raise
 
-    def run(job: FlowerJob, grid: Grid, group: str) -> None:
+    def run_detached(jobs: list[FlowerJob], grid: Grid, context: Context) -> None:
+        """A detached command's seeds, one after another, each job's messages in its own group;
+        each seed's files go into the log as it ends, with progress lines in between. A seed
+        aborted under ``on_client_failure = "abort"`` ends the run, as in an attached command."""
+        pull_backoff.install(pull_backoff.SERVERAPP_MODULE, round_timeout=jobs[0].round_timeout)
+        for index, job in enumerate(jobs):
+            started = time.perf_counter()
+            algorithm, seed = job.algorithm, job.spec.seed
+            print(progress_line(algorithm, seed, "start"), flush=True)
+            run(job, grid, str(index), RoundReporter(algorithm, seed))
+            result = _write_result(job, context, time.perf_counter() - started)
+            if result.status == "aborted" and job.on_client_failure == "abort":
+                print(progress_line(algorithm, seed, "stopped"), flush=True)
+                return
+
+    def run(
+        job: FlowerJob, grid: Grid, group: str, on_round: Callable[[int], None] | None = None
+    ) -> None:
         config = job.config
         instance = _instance_of(job)
         server = build_server(
@@ -330,10 +363,24 @@ def build_server_app(
             group,
             stop,
         )
+        runtime.on_round = on_round
         job.results.append(run_federation(server, runtime, job.on_client_failure))
         job.timings[:] = runtime.timings
 
     return app
+
+
+class RoundReporter:
+    """Prints a seed's round into the run's log, at most every ``PROGRESS_SECONDS``."""
+
+    def __init__(self, algorithm: str, seed: int) -> None:
+        self.algorithm, self.seed = algorithm, seed
+        self.last = -PROGRESS_SECONDS
+
+    def __call__(self, round_: int) -> None:
+        if time.monotonic() - self.last >= PROGRESS_SECONDS:
+            self.last = time.monotonic()
+            print(progress_line(self.algorithm, self.seed, f"round {round_}"), flush=True)
 
 
 def runtime_api_address(argv: list[str]) -> str | None:
@@ -378,7 +425,7 @@ def exit_when_unreachable(
     return thread
 
 
-def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:
+def _write_result(job: FlowerJob, context: Context, seconds: float) -> SeedResult:
     """Send the finished seed's files to the driver through the run's log
     (``fedbandit.flower.result_log``); also write them into ``result-dir`` when the run config
     names one (the driver on the SuperLink's host: the seed's JSON appearing there tells it the
@@ -396,6 +443,7 @@ def _write_result(job: FlowerJob, context: Context, seconds: float) -> None:
     result_dir = str(context.run_config.get("result-dir", ""))
     if result_dir:
         write_files(Path(result_dir), files)
+    return result
 
 
 def latency_file(algorithm: str, seed: int, timings: list[dict[str, Any]]) -> dict[str, str]:

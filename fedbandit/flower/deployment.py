@@ -32,8 +32,8 @@ import tomli_w
 
 from fedbandit.errors import ConfigError, DeploymentError
 from fedbandit.flower.job import FlowerJob, job_to_json
-from fedbandit.flower.result_log import decode_files
-from fedbandit.runspec import RunSpec
+from fedbandit.flower.result_log import decode_all, decode_files, read_progress
+from fedbandit.runspec import RunSpec, RuntimeOptions
 
 # fedbandit.results (pandas, a fifth of a second) is imported by run_seed, which reads a seed's
 # files: the command lines and the SuperLink probe stay quick to import for `fedbandit --help`.
@@ -334,29 +334,8 @@ class Submission:
         ``ERROR_MARK`` in its log), else the end of its log. Stops the run (``flwr stop``) and
         says so when interrupted (Ctrl-C, SIGTERM) or past ``run_timeout``. ``done_file``, a file
         the ServerApp writes last, lets a finished run be noticed without polling ``flwr``."""
-        if why := unreachable(self.superlink):
-            raise DeploymentError(
-                f"the SuperLink at {self.superlink} is unreachable ({why}): start it "
-                "(`fedbandit superlink`) or check --superlink"
-            )
         env = self.environment()
-        config_file = Path(env["FLWR_HOME"]) / f"run-config-{label}.toml"
-        config_file.write_text(tomli_w.dumps(run_config))
-        reply = json.loads(
-            self.flwr(
-                env,
-                "run",
-                str(app_dir),
-                CONNECTION,
-                "--run-config",
-                str(config_file),
-                "--format",
-                "json",
-            )
-        )
-        if not reply.get("success", False) or "run-id" not in reply:
-            raise DeploymentError(f"the SuperLink at {self.superlink} refused the run: {reply}")
-        run_id = int(reply["run-id"])
+        run_id = self.submit(run_config, label, app_dir)
         deadline = time.monotonic() + self.run_timeout
         try:
             while True:
@@ -390,6 +369,51 @@ class Submission:
                 f"Flower run {run_id} ({label}) ended {status!r}; end of its log:\n{tail}"
             )
         return run_id
+
+    @classmethod
+    def of(cls, options: RuntimeOptions, run_dir: Path) -> Submission:
+        """The submission of a run folder's seeds: Flower's state in ``run_dir/flower``."""
+        if options.superlink is None:
+            raise ConfigError("the flower runtime needs --superlink HOST:PORT")
+        return cls(
+            superlink=options.superlink,
+            state_dir=Path(run_dir).resolve() / "flower",
+            insecure=options.insecure,
+            root_certificates=options.root_certificates,
+            run_timeout=options.run_timeout,
+        )
+
+    def submit(self, run_config: dict[str, object], label: str, app_dir: Path = APP_DIR) -> int:
+        """Submit the Flower App in ``app_dir`` with ``run_config`` (``flwr run``, which returns
+        once the run is queued); its run id. ``DeploymentError`` when the SuperLink is
+        unreachable or refuses the run."""
+        if why := unreachable(self.superlink):
+            raise DeploymentError(
+                f"the SuperLink at {self.superlink} is unreachable ({why}): start it "
+                "(`fedbandit superlink`) or check --superlink"
+            )
+        env = self.environment()
+        config_file = Path(env["FLWR_HOME"]) / f"run-config-{label}.toml"
+        config_file.write_text(tomli_w.dumps(run_config))
+        reply = json.loads(
+            self.flwr(
+                env,
+                "run",
+                str(app_dir),
+                CONNECTION,
+                "--run-config",
+                str(config_file),
+                "--format",
+                "json",
+            )
+        )
+        if not reply.get("success", False) or "run-id" not in reply:
+            raise DeploymentError(f"the SuperLink at {self.superlink} refused the run: {reply}")
+        return int(reply["run-id"])
+
+    def log_text(self, run_id: int) -> str:
+        """The run's log as the SuperLink holds it now (``flwr log --show``)."""
+        return self.flwr(self.environment(), "log", str(run_id), CONNECTION, "--show", timeout=120)
 
     def _status_or_lost(self, env: dict[str, str], run_id: int, label: str) -> str:
         """The run's status; ``SuperLinkLostError`` when the SuperLink stays unreachable for
@@ -445,12 +469,10 @@ class Submission:
         against its SHA-256 (``fedbandit.flower.result_log``). The ServerApp's last log lines
         may reach the SuperLink a few seconds after the run has finished: asks again for up to
         ``LOG_WAIT_SECONDS``."""
-        env = self.environment()
         what = f"Flower run {run_id} ({label})"
         deadline = time.monotonic() + LOG_WAIT_SECONDS
         while True:
-            log = self.flwr(env, "log", str(run_id), CONNECTION, "--show", timeout=120)
-            files = decode_files(log, what)
+            files = decode_files(self.log_text(run_id), what)
             if files is not None:
                 return files
             if time.monotonic() > deadline:
@@ -500,3 +522,45 @@ def run_seed(
     run_id = submission.run(run_config, f"{algorithm}-seed{seed}", done_file)
     write_files(run_dir, submission.fetch_result_files(run_id, f"{algorithm} seed {seed}"))
     return run_id
+
+
+def submit_detached(submission: Submission, specs: list[RunSpec]) -> int:
+    """Submit ``specs`` (one command's seeds) as one Flower run whose ServerApp runs them one
+    after another, and return at once with its run id: each seed's files reach the run's log as
+    the seed ends (``detached_seeds`` reads them back)."""
+    jobs = [
+        job_to_json(FlowerJob(spec, num_nodes=0, poll_seconds=DEPLOYMENT_POLL_SECONDS))
+        for spec in specs
+    ]
+    return submission.submit({"jobs": json.dumps(jobs), "seed": -1}, "detached")
+
+
+@dataclass(frozen=True)
+class DetachedState:
+    """What a detached Flower run has done so far: its Flower status, the files of every seed
+    that has ended (by (algorithm, seed)), each seed's last progress event, and the one-line
+    error of a failed run."""
+
+    status: str
+    files: dict[tuple[str, int], dict[str, str]]
+    progress: dict[tuple[str, int], str]
+    error: str | None
+
+
+def detached_state(submission: Submission, run_id: int) -> DetachedState:
+    """Ask the SuperLink about a detached run (``flwr ls`` and ``flwr log``); every seed's files
+    checked against their SHA-256."""
+    env = submission.environment()
+    status = submission.status(env, run_id)
+    log = submission.log_text(run_id)
+    files: dict[tuple[str, int], dict[str, str]] = {}
+    for emission in decode_all(log, f"Flower run {run_id}"):
+        for path, text in emission.items():
+            if path.endswith(".json"):  # the seed's info names it
+                info = json.loads(text)
+                files[(str(info["algorithm"]), int(info["seed"]))] = emission
+    marked = [line.split(ERROR_MARK, 1)[1] for line in log.splitlines() if ERROR_MARK in line]
+    error = marked[-1] if marked else None
+    if error is None and status.startswith("finished") and status != "finished:completed":
+        error = f"the Flower run ended {status!r}"
+    return DetachedState(status, files, read_progress(log), error)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -96,6 +97,8 @@ class FlowerGridRuntime(Runtime):
         self.dropped: dict[int, np.ndarray] = {}
         # (reply kind, "fields" or "meta", name) -> (dtype, trailing shape) of accepted replies
         self._layouts: dict[tuple[str, str, str], tuple[str, tuple[int, ...]]] = {}
+        #: Called with each round's number before it is delivered (a detached run's progress).
+        self.on_round: Callable[[int], None] | None = None
         # request kind -> structures of the replies accepted for it
         self._structures: dict[str, set[tuple]] = {}
         #: Per exchange: round, kind, the server's compute since the previous exchange ended
@@ -263,6 +266,8 @@ class FlowerGridRuntime(Runtime):
         the empty rounds they assumed."""
         if self.steps_per_round > 1 and (stored := self.buffer.take(message)) is not None:
             return stored
+        if self.on_round is not None:
+            self.on_round(message.round)
         budget = self.steps_per_round
         sent: dict[int, BanditMessage] = {}
         out, failures = [], {}

@@ -27,6 +27,8 @@ from fedbandit.errors import DeploymentError
 
 FILE_MARK = "##fedbandit-file"
 END_MARK = "##fedbandit-end"
+#: A detached run's progress: ``##fedbandit-seed ALGORITHM SEED start|round N|stopped``.
+SEED_MARK = "##fedbandit-seed"
 #: Characters of base64 per log line (the log keeps lines whole; short lines keep any single
 #: write small).
 CHUNK = 60_000
@@ -60,10 +62,35 @@ def decode_files(log: str, what: str) -> dict[str, str] | None:
     """The files of the last complete emission in ``log``, checked; None when no emission has
     ended yet (the log may still be arriving). Raises ``DeploymentError`` naming ``what`` (for
     example the Flower run) when a file is incomplete or its checksum does not match."""
+    emissions = decode_all(log, what)
+    return emissions[-1] if emissions else None
+
+
+def decode_all(log: str, what: str) -> list[dict[str, str]]:
+    """The files of every complete emission in ``log``, in order, each checked (see
+    ``decode_files``): a detached run emits one per seed."""
     ends = [line.split() for line in log.splitlines() if line.startswith(END_MARK + " ")]
-    if not ends:
-        return None
-    end = ends[-1]
+    return [_decode_emission(log, end, what) for end in ends]
+
+
+def progress_line(algorithm: str, seed: int, event: str) -> str:
+    """A detached run's progress line for the run's log (``read_progress`` reads it back)."""
+    return f"{SEED_MARK} {algorithm} {seed} {event}"
+
+
+def read_progress(log: str) -> dict[tuple[str, int], str]:
+    """The last progress event of each (algorithm, seed) in ``log``: "start", "round N" or
+    "stopped"."""
+    events: dict[tuple[str, int], str] = {}
+    for line in log.splitlines():
+        if line.startswith(SEED_MARK + " "):
+            parts = line.split(" ", 3)
+            if len(parts) == 4 and parts[2].isdigit():
+                events[(parts[1], int(parts[2]))] = parts[3].strip()
+    return events
+
+
+def _decode_emission(log: str, end: list[str], what: str) -> dict[str, str]:
     if len(end) != 4:
         raise DeploymentError(f"{what}: a malformed end line in the run's log: {' '.join(end)!r}")
     seq, count, listing = end[1], int(end[2]), end[3]
