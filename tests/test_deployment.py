@@ -353,9 +353,32 @@ def test_a_detached_run_is_followed_and_pulled(deployment, tmp_path, capsys):
     assert capsys.readouterr().out.count("pulled (complete)") == 2
 
 
+#: Prints whether a TCP connection to HOST PORT (argv) succeeds.
+PROBE = (
+    "import socket, sys\n"
+    "try:\n"
+    "    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()\n"
+    "    print('reached')\n"
+    "except OSError:\n"
+    "    print('unreachable')\n"
+)
+
+
+def only_superlink(host, superlink_address: str, subnet: str) -> None:
+    """Replace ``host``'s route to the whole subnet by a route to the SuperLink's address."""
+    import subprocess
+
+    subprocess.run(["ip", "-n", host.name, "route", "del", subnet], check=True)
+    subprocess.run(
+        ["ip", "-n", host.name, "route", "add", f"{superlink_address}/32", "dev", host.interface],
+        check=True,
+    )
+
+
 def test_a_detached_run_survives_its_driver_host(deployment, tmp_path):
-    """Across hosts (network namespaces): a driver on one host submits `run --detach` to the
-    SuperLink on another and its host is then torn down; a driver on a new host pulls the
+    """Across hosts (network namespaces): a driver on one host, which can reach the SuperLink's
+    address and nothing else, submits `run --detach` to the SuperLink on another, and its host
+    is then torn down; a driver on a new host pulls the
     folder (copied over, as a user would) once the run is done: the results equal the local
     run's. Nothing is shared with the ServerApp but the SuperLink's address."""
     import shutil
@@ -377,6 +400,13 @@ def test_a_detached_run_survives_its_driver_host(deployment, tmp_path):
             deployment.supernode(
                 f"node{i}", superlink, clients, 9094, "--insecure", wrap=node.command
             )
+        for driver in (first, second):  # a driver's host routes to the SuperLink alone
+            only_superlink(driver, link.address, str(net.subnet))
+        probe = [sys.executable, "-c", PROBE, nodes[0].address, "9094"]
+        assert first.run(probe).stdout.strip() == "unreachable"
+        assert first.run([sys.executable, "-c", PROBE, link.address, "9092"]).stdout.strip() == (
+            "reached"
+        )
         submitted = tmp_path / "first-host"
         done = first.run(
             [*fedbandit, "run", *experiment, "--runtime", "flower", "--superlink", superlink,
