@@ -4,9 +4,10 @@ Commands: ``list`` (experiments; ``--algorithms``, ``--instances``: what is regi
 included), ``run`` (an experiment on a runtime), ``sweep`` (a parameter study), ``collect`` (one
 table from run folders), ``plot`` (rebuild a results or sweep folder's plots),
 ``bench`` (benchmarks), and for Flower deployments ``superlink``, ``supernode``, ``keys``,
-``register-node``, and ``status`` and ``pull`` (a run submitted with ``run --detach``). Every foreseeable error is one line on standard error with exit status 2;
-a run left incomplete (an aborted seed, a deployment that failed mid-run: the folder keeps the
-finished seeds and resumes) exits with 3, an interrupted one (Ctrl-C, SIGTERM) with 130.
+``register-node``, and ``status`` and ``pull`` (a run submitted with ``run --detach``). Every
+foreseeable error is one line on standard error with exit status 2; a run left incomplete (an
+aborted seed, a deployment that failed mid-run: the folder keeps the finished seeds and
+resumes) exits with 3, an interrupted one (Ctrl-C, SIGTERM) with 130.
 """
 
 from __future__ import annotations
