@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_errors import one_line_error
 from scipy.optimize import brentq
 from scipy.stats import norm
 
@@ -327,14 +328,8 @@ def test_private_fedlinucb_gives_the_same_results_on_flower_sim():
     ],
 )
 def test_values_without_a_guarantee_are_one_line_errors(tmp_path, override, named):
-    done = subprocess.run(
-        [sys.executable, "-m", "fedbandit.cli", "run", "fed_private", "--set", override,
-         "--out", str(tmp_path / "out")],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and named in lines[0] and "Traceback" not in done.stderr
+    line = one_line_error("run", "fed_private", "--set", override, "--out", str(tmp_path / "o"))
+    assert named in line
 
 
 def test_missing_bounds_are_a_one_line_error(tmp_path):
@@ -344,13 +339,8 @@ def test_missing_bounds_are_a_one_line_error(tmp_path):
         '[instance]\nkind = "contextual"\nsetting = "shared"\n'
         "[params.private_fedlinucb]\nepsilon = 1.0\ndelta = 0.01\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "fedbandit.cli", "run", str(config), "--out", str(tmp_path / "o")],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "feature_bound" in lines[0] and "reward_bound" in lines[0]
+    line = one_line_error("run", str(config), "--out", str(tmp_path / "o"))
+    assert "feature_bound" in line and "reward_bound" in line
 
 
 def test_fed_private_reports_epsilon_in_the_summary_manifest_and_table(tmp_path):

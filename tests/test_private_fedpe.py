@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_errors import one_line_error
 from scipy.stats import norm
 
 from fedbandit.algorithms.private_elimination import effective_counts
@@ -220,14 +221,8 @@ def test_regret_falls_as_epsilon_grows():
     ],
 )
 def test_values_without_a_guarantee_are_one_line_errors(tmp_path, override, named):
-    done = subprocess.run(
-        [sys.executable, "-m", "fedbandit.cli", "run", "fed_private_pe", "--set", override,
-         "--out", str(tmp_path / "out")],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and named in lines[0] and "Traceback" not in done.stderr
+    line = one_line_error("run", "fed_private_pe", "--set", override, "--out", str(tmp_path / "o"))
+    assert named in line
 
 
 def test_a_missing_reward_bound_is_a_one_line_error(tmp_path):
@@ -237,13 +232,7 @@ def test_a_missing_reward_bound_is_a_one_line_error(tmp_path):
         '[instance]\nkind = "paper_synthetic"\nnum_clients = 4\nnum_arms = 3\ndim = 2\n'
         "[params.private_fedpe]\nepsilon = 1.0\ndelta = 0.01\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "fedbandit.cli", "run", str(config), "--out", str(tmp_path / "o")],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "reward_bound" in lines[0]
+    assert "reward_bound" in one_line_error("run", str(config), "--out", str(tmp_path / "o"))
 
 
 def test_fed_private_pe_reports_epsilon_in_the_summary_manifest_and_table(tmp_path):

@@ -84,6 +84,8 @@ def test_detach_status_and_pull_refuse_in_one_line(tmp_path, argv, named):
     import subprocess
     import sys
 
+    from cli_errors import one_line_error
+
     local = tmp_path / "local"
     subprocess.run(
         [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_tiny", "--seeds", "1", "--quiet",
@@ -93,9 +95,4 @@ def test_detach_status_and_pull_refuse_in_one_line(tmp_path, argv, named):
     argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
     if argv[0] == "run":
         argv += ["--out", str(tmp_path / "other")]
-    done = subprocess.run(
-        [sys.executable, "-m", "fedbandit.cli", *argv], capture_output=True, text=True
-    )
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and named in lines[0], done.stderr
+    assert named in one_line_error(*argv)

@@ -200,7 +200,7 @@ class PhasedEliminationServer(ServerLogic):
                 estimates = np.zeros((*self.active.shape, self.spec.dim))
                 estimates[rows] = reply.fields["estimate"]
             theta, cov, _ = aggregate_directions(
-                estimates, counts, self.vectors, self.group, self.num_groups
+                estimates, self._weights(counts), self.vectors, self.group, self.num_groups
             )
         else:
             sums = np.zeros(self.active.shape)
@@ -217,6 +217,10 @@ class PhasedEliminationServer(ServerLogic):
         else:
             self.phase += 1
             self.stage = "eliminate"
+
+    def _weights(self, counts: np.ndarray) -> np.ndarray:
+        """Each estimate's weight in the aggregation: its pull count n (Fed-PE)."""
+        return counts
 
     def _learn_vectors(self, reply: Message, rows: np.ndarray) -> None:
         shape = (*self.active.shape, self.spec.dim)

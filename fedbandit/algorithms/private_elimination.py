@@ -39,7 +39,7 @@ from fedbandit.algorithms.phased_elimination import (
     Variant,
 )
 from fedbandit.environment import BanditEnvironment
-from fedbandit.estimators import aggregate_directions, last_phase
+from fedbandit.estimators import last_phase
 from fedbandit.federation.messages import Message
 from fedbandit.privacy import PhaseAccounting, PhaseUnit, phase_accounting
 from fedbandit.rng import PRIVACY_DOMAIN, REWARD_DETAIL_DOMAIN, client_generators
@@ -104,30 +104,11 @@ class PrivateFedPEServer(PhasedEliminationServer):
             self.clipped[reply.client_ids] = reply.meta["clipped_rewards"]
         super().aggregate(reply)
 
-    def _aggregate_report(self, reply: Message) -> None:
+    def _weights(self, counts: np.ndarray) -> np.ndarray:
+        """The effective counts of the noisy estimates (the counts themselves without noise)."""
         if not self.private.noise:
-            super()._aggregate_report(reply)
-            return
-        rows = self._rows(reply.client_ids)
-        counts = np.zeros(self.active.shape, dtype=np.int64)
-        counts[rows] = reply.fields["counts"]
-        if self.phase == 0:
-            self._learn_vectors(reply, rows)
-        assert self.vectors is not None
-        estimates = np.zeros((*self.active.shape, self.spec.dim))
-        estimates[rows] = reply.fields["estimate"]
-        weights = effective_counts(counts, self.accounting, self.sigma)
-        theta, cov, _ = aggregate_directions(
-            estimates, weights, self.vectors, self.group, self.num_groups
-        )
-        pulled = np.zeros(self.num_groups, dtype=bool)
-        np.logical_or.at(pulled, self.group, counts.sum(axis=0) > 0)
-        self.theta[pulled], self.cov[pulled] = theta[pulled], cov[pulled]
-        if self.phase >= self.final_phase:
-            self.stage = "done"
-        else:
-            self.phase += 1
-            self.stage = "eliminate"
+            return counts
+        return effective_counts(counts, self.accounting, self.sigma)
 
     def report(self) -> dict[str, Any]:
         """The guarantee and its accounting, and how many rewards the clients clipped."""

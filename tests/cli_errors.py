@@ -1,0 +1,18 @@
+"""A foreseen error of the command line, as a user meets it: one line, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def one_line_error(*argv: str) -> str:
+    """Run ``fedbandit ARGV`` in a fresh process; assert exit status 2 and a single line on
+    standard error without a traceback; return that line."""
+    done = subprocess.run(
+        [sys.executable, "-m", "fedbandit.cli", *argv], capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
