@@ -427,3 +427,16 @@ def test_a_detached_run_survives_its_driver_host(deployment, tmp_path):
         deployment.close()
     assert_same_results(tmp_path / "local", moved, ["fedpe"])
     assert not list(submitted.glob("runs/fedpe/seed_0.*")), "the ServerApp wrote on the driver"
+
+
+def test_private_algorithms_on_a_deployment_as_locally(deployment, tmp_path):
+    """private_fedpe on two loopback SuperNodes: the noise comes from each client's own stream,
+    so regret, communication and the privacy report equal the local run's."""
+    experiment = [
+        "fed_private_pe", "--seeds", "1", "--quiet", "--set", 'algorithms=["private_fedpe"]',
+        "--set", "instance.num_clients=6", "--set", "horizon=512",
+    ]  # fmt: skip
+    same_on_two_nodes_as_locally(deployment, tmp_path, experiment, ["private_fedpe"])
+    local = read_json(tmp_path / "local" / "runs" / "private_fedpe" / "seed_0.json")
+    flower = read_json(tmp_path / "flower" / "runs" / "private_fedpe" / "seed_0.json")
+    assert flower["report"] == local["report"] and local["report"]["privacy"]["epsilon"] > 0
