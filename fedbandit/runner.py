@@ -341,7 +341,10 @@ def run_experiment(
         check_memory(config, instance, selected, workers, force)
     check_out_dir(run_dir)
     resumed = (run_dir / "manifest.json").is_file()
+    if resumed:
+        _refuse_pending_detached(run_dir, read_json(run_dir / "manifest.json"))
     manifest = prepare_run_folder(config, run_dir, workers, options, instance)
+    manifest.pop("detached", None)  # an earlier detached run that has ended: replaced below
     every = [(a, s) for a in selected for s in range(config.seeds)]
     tasks = [
         RunSpec(experiment=config, algorithm=a, seed=s, options=options)
@@ -405,6 +408,18 @@ def _plot(run_dir: Path, manifest: dict[str, Any]) -> None:
     else:
         if manifest.pop("plots_error", None) is not None:
             atomic_write_json(run_dir / "manifest.json", manifest)
+
+
+def _refuse_pending_detached(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """A folder whose detached Flower run may still deliver seeds is not run again (two runs
+    would share its nodes, and the first one's seeds could no longer be pulled)."""
+    detached = manifest.get("detached")
+    if detached and manifest.get("status") != "complete" and "stopped" not in manifest:
+        raise ConfigError(
+            f"{run_dir} holds detached Flower run {detached['flower_run']}, not yet ended or "
+            f"pulled: `fedbandit pull {run_dir}` until it is complete (a run that ended without "
+            "every seed can then be resumed with this --out), or choose another --out"
+        )
 
 
 def _detached_run(run_dir: Path) -> tuple[dict[str, Any], Submission, int]:

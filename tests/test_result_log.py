@@ -96,3 +96,40 @@ def test_detach_status_and_pull_refuse_in_one_line(tmp_path, argv, named):
     if argv[0] == "run":
         argv += ["--out", str(tmp_path / "other")]
     assert named in one_line_error(*argv)
+
+
+def test_status_and_pull_say_when_the_superlink_is_unreachable(tmp_path):
+    """A detached folder whose SuperLink does not answer (nothing listens on its port): one
+    line naming the SuperLink and that the results wait there; the folder is left as it was."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from cli_errors import one_line_error
+
+    out = tmp_path / "detached"
+    subprocess.run(
+        [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_tiny", "--seeds", "1", "--quiet",
+         "--set", "horizon=64", "--out", str(out)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with socket.socket() as probe:  # a free port: nothing listens there afterwards
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["runtime_options"].update(
+        {"runtime": "flower", "superlink": f"127.0.0.1:{port}", "insecure": True}
+    )
+    manifest["detached"] = {"flower_run": 42, "superlink": f"127.0.0.1:{port}", "runs": []}
+    manifest["status"] = "incomplete"  # submitted, not pulled
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    before = (out / "manifest.json").read_text()
+    for command in ("status", "pull"):
+        line = one_line_error(command, str(out))
+        assert f"SuperLink at 127.0.0.1:{port} is unreachable" in line and "run 42" in line
+    assert (out / "manifest.json").read_text() == before
+    line = one_line_error(
+        "run", "fedpe_tiny", "--seeds", "2", "--set", "horizon=64", "--out", str(out)
+    )
+    assert "holds detached Flower run 42, not yet ended or pulled" in line

@@ -550,6 +550,11 @@ class DetachedState:
 def detached_state(submission: Submission, run_id: int) -> DetachedState:
     """Ask the SuperLink about a detached run (``flwr ls`` and ``flwr log``); every seed's files
     checked against their SHA-256."""
+    if why := unreachable(submission.superlink):
+        raise DeploymentError(
+            f"the SuperLink at {submission.superlink} is unreachable ({why}): Flower run "
+            f"{run_id} and its results are kept there; ask again when it is back"
+        )
     env = submission.environment()
     status = submission.status(env, run_id)
     log = submission.log_text(run_id)
