@@ -7,7 +7,8 @@ table from run folders), ``plot`` (rebuild a results or sweep folder's plots),
 ``register-node``, and ``status`` and ``pull`` (a run submitted with ``run --detach``). Every
 foreseeable error is one line on standard error with exit status 2; a run left incomplete (an
 aborted seed, a deployment that failed mid-run: the folder keeps the finished seeds and
-resumes) exits with 3, an interrupted one (Ctrl-C, SIGTERM) with 130.
+resumes) exits with 3, an interrupted one (Ctrl-C, SIGTERM) with 130; ``pull`` exits with 75
+while the detached run goes on.
 """
 
 from __future__ import annotations
@@ -231,11 +232,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Exit status of ``pull`` while the detached run goes on (sysexits' EX_TEMPFAIL: try again).
+PULL_AGAIN = 75
+
+
 def _cmd_pull(args: argparse.Namespace) -> int:
     from fedbandit.results import read_json
     from fedbandit.runner import pull_detached, summary_table
 
     manifest = pull_detached(args.out)
+    for why in manifest["broken"]:
+        print(f"fedbandit: warning: skipped result files: {why}", file=sys.stderr)
     arrived, wanted = manifest["arrived"], manifest["wanted"]
     print(f"fedbandit: pulled {manifest['pulled']} new runs; {arrived} of {wanted} have arrived")
     if manifest["status"] == "complete":
@@ -249,13 +256,13 @@ def _cmd_pull(args: argparse.Namespace) -> int:
             f"rerun with --out {args.out} to run the missing ones",
             file=sys.stderr,
         )
-    else:
-        print(
-            f"fedbandit: the run goes on ({manifest['detached']['flower_status']}); "
-            f"`fedbandit pull {args.out}` again later",
-            file=sys.stderr,
-        )
-    return 3
+        return 3
+    print(
+        f"fedbandit: the run goes on ({manifest['detached']['flower_status']}); "
+        f"`fedbandit pull {args.out}` again later",
+        file=sys.stderr,
+    )
+    return PULL_AGAIN
 
 
 def _cmd_superlink(args: argparse.Namespace) -> int:

@@ -26,7 +26,12 @@ from tqdm import tqdm
 from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError, DeploymentError, RunStoppedError
 from fedbandit.executors.ray_executor import run_on_ray
-from fedbandit.flower.deployment import Submission, detached_state, submit_detached
+from fedbandit.flower.deployment import (
+    Submission,
+    UnknownRunError,
+    detached_state,
+    submit_detached,
+)
 from fedbandit.instances import Instance
 from fedbandit.registry import algorithms as registered_algorithms
 from fedbandit.registry import build_instance, instance_kinds
@@ -476,7 +481,12 @@ def pull_detached(run_dir: Path, plots: bool = True) -> dict[str, Any]:
     run_dir = Path(run_dir)
     manifest, submission, run_id = _detached_run(run_dir)
     config = validate_experiment(manifest["config"])
-    state = detached_state(submission, run_id)
+    try:
+        state = detached_state(submission, run_id)
+    except UnknownRunError as err:  # its seeds will never come: the folder may be resumed
+        manifest["stopped"] = str(err)
+        atomic_write_json(run_dir / "manifest.json", manifest)
+        raise
     pulled = 0
     for (algorithm, seed), files in state.files.items():
         if seed_status(run_dir, algorithm, seed) is None:
@@ -485,15 +495,24 @@ def pull_detached(run_dir: Path, plots: bool = True) -> dict[str, Any]:
     record_failures(run_dir, config, manifest)
     wanted = manifest["detached"]["runs"]
     arrived = [label for label in wanted if label not in manifest["missing_runs"]]
-    if state.status.startswith("finished") and len(arrived) < len(wanted):
-        manifest["stopped"] = state.error or f"the Flower run ended {state.status!r}"
+    if len(arrived) == len(wanted):
+        manifest.pop("stopped", None)
+    elif state.status.startswith("finished"):
+        why = state.error or f"the Flower run ended {state.status!r}"
+        manifest["stopped"] = "; ".join([why, *state.broken])
     manifest["detached"]["flower_status"] = state.status
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
     atomic_write_json(run_dir / "manifest.json", manifest)
     if plots and manifest["status"] == "complete":
         _plot(run_dir, manifest)
-    return {**manifest, "pulled": pulled, "arrived": len(arrived), "wanted": len(wanted)}
+    return {
+        **manifest,
+        "pulled": pulled,
+        "arrived": len(arrived),
+        "wanted": len(wanted),
+        "broken": state.broken,
+    }
 
 
 def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str, Any]) -> None:

@@ -310,12 +310,13 @@ def test_results_come_back_through_the_run_log(deployment, tmp_path):
 
 def test_a_detached_run_is_followed_and_pulled(deployment, tmp_path, capsys):
     """`run --detach` submits the two seeds as one Flower run and returns; `status` names each
-    seed's state; `pull` fetches the seeds that have finished (exit 3 while the run goes on,
+    seed's state; `pull` fetches the seeds that have finished (exit 75 while the run goes on,
     0 once every seed is here), again without fetching twice; the folder equals a local run's,
     and the files came through the run's log alone (the ServerApp got no folder to write)."""
     experiment = ["fedpe_tiny", *TINY, "--seeds", "2", "--set", 'algorithms=["fedpe"]']
     assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
-    superlink = start_loopback(deployment, ["0-2", "3-5"])
+    # nodes that save their state: each seed of the one Flower run starts from its own
+    superlink = start_loopback(deployment, ["0-2", "3-5"], "--persist")
     out = tmp_path / "detached"
     started = time.monotonic()
     code = run_cli(
@@ -335,7 +336,7 @@ def test_a_detached_run_is_followed_and_pulled(deployment, tmp_path, capsys):
         state in shown for state in ("queued", "running", "finished", "pulled")
     )
     deadline = time.monotonic() + 300
-    while (code := run_cli("pull", str(out), "--quiet")) == 3:
+    while (code := run_cli("pull", str(out), "--quiet")) == 75:  # the run goes on
         assert time.monotonic() < deadline, deployment.logs()
         time.sleep(3)
     assert code == 0, deployment.logs()
@@ -420,7 +421,7 @@ def test_a_detached_run_survives_its_driver_host(deployment, tmp_path):
         deadline = time.monotonic() + 300
         while True:
             pulled = second.run([*fedbandit, "pull", str(moved), "--quiet"], timeout=120)
-            if pulled.returncode != 3 or time.monotonic() > deadline:
+            if pulled.returncode != 75 or time.monotonic() > deadline:
                 break
             time.sleep(3)
         assert pulled.returncode == 0, pulled.stderr + deployment.logs()

@@ -277,3 +277,14 @@ def test_clip_block_rewards_equals_a_plain_loop_over_the_pulls():
                 assert clipped_sums[i, a] == pytest.approx(total, abs=1e-12)
             start += n
         assert clipped[i] == count
+
+
+def test_noise_free_rewards_cannot_weigh_noisy_estimates():
+    from fedbandit.errors import ConfigError
+
+    instance = paper_synthetic(
+        PaperSyntheticParams(num_clients=4, num_arms=3, dim=2, noise_sigma=0.0, seed=0)
+    )
+    with pytest.raises(ConfigError, match="noise_sigma > 0"):
+        simulate(instance, "private_fedpe", 64, [0, 0], PRIVATE)
+    simulate(instance, "private_fedpe", 64, [0, 0], {**PRIVATE, "noise_sigma": 0.5})

@@ -133,3 +133,18 @@ def test_status_and_pull_say_when_the_superlink_is_unreachable(tmp_path):
         "run", "fedpe_tiny", "--seeds", "2", "--set", "horizon=64", "--out", str(out)
     )
     assert "holds detached Flower run 42, not yet ended or pulled" in line
+
+
+def test_a_broken_emission_is_skipped_and_named_when_asked():
+    from fedbandit.flower.result_log import decode_all
+
+    good = list(encode_files({"runs/a/seed_0.json": "{}\n"}))
+    bad = list(encode_files({"runs/a/seed_1.json": "{}\n"}))
+    mark, seq, position, digest, path, _ = bad[0].split(" ")
+    bad[0] = " ".join([mark, seq, position, digest, path, "not base64!"])
+    log = as_log([*bad, *good])
+    broken: list[str] = []
+    assert decode_all(log, "run 7", broken) == [{"runs/a/seed_0.json": "{}\n"}]
+    assert len(broken) == 1 and broken[0].startswith("run 7: ")
+    with pytest.raises(DeploymentError, match="run 7: "):
+        decode_all(log, "run 7")

@@ -39,6 +39,7 @@ from fedbandit.algorithms.phased_elimination import (
     Variant,
 )
 from fedbandit.environment import BanditEnvironment
+from fedbandit.errors import ConfigError
 from fedbandit.estimators import last_phase
 from fedbandit.federation.messages import Message
 from fedbandit.privacy import PhaseAccounting, PhaseUnit, phase_accounting
@@ -97,6 +98,12 @@ class PrivateFedPEServer(PhasedEliminationServer):
         self.private = params
         self.accounting = _accounting(spec, params, report=True)
         self.sigma = params.noise_sigma if params.noise_sigma is not None else spec.noise_sigma
+        if params.noise and not self.sigma > 0:
+            raise ConfigError(
+                "private_fedpe weighs its noisy estimates by the reward noise level: it needs "
+                f"noise_sigma > 0 (the instance's is {spec.noise_sigma}); set "
+                "params.private_fedpe.noise_sigma"
+            )
         self.clipped = np.zeros(spec.num_clients, dtype=np.int64)
 
     def aggregate(self, reply: Message) -> None:

@@ -54,7 +54,7 @@ from fedbandit.flower.deployment import ERROR_MARK, unreachable
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.flower.internals import pull_backoff
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
-from fedbandit.flower.result_log import encode_files, progress_line
+from fedbandit.flower.result_log import encode_files, progress_line, write_line
 from fedbandit.instances import Instance
 from fedbandit.registry import build_instance
 from fedbandit.simulation import SeedResult, build_federation, build_server
@@ -137,16 +137,22 @@ def node_clients(num_clients: int, partition: int, num_partitions: int) -> np.nd
 class NodeStore:
     """A node's client statistics on disk, so that a restarted SuperNode resumes a run.
 
-    One file per run and client range, ``STATE_DIR/run-ID/clients-FIRST-COUNT.npz``, holds the
+    One file per run, job and client range, ``STATE_DIR/run-ID/clients-FIRST-COUNT.npz`` (a
+    detached run's job K > 0: ``run-ID/job-K/...``), holds the
     state after the last round the node handled, the state before it, and that round's number: a
     round delivered again (its reply was lost with the old process) is handled again from the
     state before it, which gives the same reply, since the state includes every random stream.
     Written atomically (temporary file, then rename) after every round.
     """
 
-    def __init__(self, directory: Path, run_id: int, client_ids: np.ndarray) -> None:
+    def __init__(
+        self, directory: Path, run_id: int, client_ids: np.ndarray, job: str = "0"
+    ) -> None:
         first, count = int(client_ids[0]), len(client_ids)
-        self.path = Path(directory) / f"run-{run_id}" / f"clients-{first}-{count}.npz"
+        folder = Path(directory) / f"run-{run_id}"
+        if job != "0":  # a detached run's later jobs: each seed its own state
+            folder = folder / f"job-{job}"
+        self.path = folder / f"clients-{first}-{count}.npz"
 
     def load(self) -> tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]] | None:
         """(round, state before it, state after it), or None when nothing was saved."""
@@ -178,7 +184,11 @@ class NodeStore:
 def _store(context: Context, client_ids: np.ndarray) -> NodeStore | None:
     """The node's store when it was started with a state folder (``--persist``)."""
     directory = context.node_config.get("state-dir")
-    return NodeStore(Path(str(directory)), context.run_id, client_ids) if directory else None
+    if not directory:
+        return None
+    held = context.state.config_records.get(JOB_RECORD)  # set by ``_job`` for this message
+    job = str(held["id"]) if held is not None else "0"
+    return NodeStore(Path(str(directory)), context.run_id, client_ids, job)
 
 
 def _copy(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -337,11 +347,11 @@ def build_server_app(
         for index, job in enumerate(jobs):
             started = time.perf_counter()
             algorithm, seed = job.algorithm, job.spec.seed
-            print(progress_line(algorithm, seed, "start"), flush=True)
+            write_line(progress_line(algorithm, seed, "start"))
             run(job, grid, str(index), RoundReporter(algorithm, seed))
             result = _write_result(job, context, time.perf_counter() - started)
             if result.status == "aborted" and job.on_client_failure == "abort":
-                print(progress_line(algorithm, seed, "stopped"), flush=True)
+                write_line(progress_line(algorithm, seed, "stopped"))
                 return
 
     def run(
@@ -380,7 +390,7 @@ class RoundReporter:
     def __call__(self, round_: int) -> None:
         if time.monotonic() - self.last >= PROGRESS_SECONDS:
             self.last = time.monotonic()
-            print(progress_line(self.algorithm, self.seed, f"round {round_}"), flush=True)
+            write_line(progress_line(self.algorithm, self.seed, f"round {round_}"))
 
 
 def runtime_api_address(argv: list[str]) -> str | None:
@@ -439,7 +449,7 @@ def _write_result(job: FlowerJob, context: Context, seconds: float) -> SeedResul
         **seed_files(job.config, job.spec.seed, result),
     }
     for line in encode_files(files):  # before the JSON appears: the driver then reads the log
-        print(line, flush=True)
+        write_line(line)
     result_dir = str(context.run_config.get("result-dir", ""))
     if result_dir:
         write_files(Path(result_dir), files)

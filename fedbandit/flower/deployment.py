@@ -411,9 +411,12 @@ class Submission:
             raise DeploymentError(f"the SuperLink at {self.superlink} refused the run: {reply}")
         return int(reply["run-id"])
 
-    def log_text(self, run_id: int) -> str:
-        """The run's log as the SuperLink holds it now (``flwr log --show``)."""
-        return self.flwr(self.environment(), "log", str(run_id), CONNECTION, "--show", timeout=120)
+    def log_text(self, run_id: int, timeout: float = 120.0) -> str:
+        """The run's log as the SuperLink holds it now (``flwr log --show``; it answers once the
+        run has logged something or has finished)."""
+        return self.flwr(
+            self.environment(), "log", str(run_id), CONNECTION, "--show", timeout=timeout
+        )
 
     def _status_or_lost(self, env: dict[str, str], run_id: int, label: str) -> str:
         """The run's status; ``SuperLinkLostError`` when the SuperLink stays unreachable for
@@ -451,7 +454,7 @@ class Submission:
         )
         runs = reply.get("runs", [])
         if not runs:
-            raise DeploymentError(
+            raise UnknownRunError(
                 f"the SuperLink at {self.superlink} does not know Flower run {run_id} (was it "
                 "restarted without its --state-dir?)"
             )
@@ -492,6 +495,10 @@ class Submission:
             )
         else:
             print(f"fedbandit: stopped Flower run {run_id} ({label})", file=sys.stderr)
+
+
+class UnknownRunError(DeploymentError):
+    """The SuperLink answers but does not know the Flower run (restarted without its state)."""
 
 
 class SuperLinkLostError(DeploymentError):
@@ -538,13 +545,15 @@ def submit_detached(submission: Submission, specs: list[RunSpec]) -> int:
 @dataclass(frozen=True)
 class DetachedState:
     """What a detached Flower run has done so far: its Flower status, the files of every seed
-    that has ended (by (algorithm, seed)), each seed's last progress event, and the one-line
-    error of a failed run."""
+    that has ended (by (algorithm, seed)), each seed's last progress event, the one-line error
+    of a failed run, and the emissions that arrived broken."""
 
     status: str
     files: dict[tuple[str, int], dict[str, str]]
     progress: dict[tuple[str, int], str]
     error: str | None
+    #: Why an emission of result files in the log could not be read (skipped).
+    broken: list[str]
 
 
 def detached_state(submission: Submission, run_id: int) -> DetachedState:
@@ -557,15 +566,32 @@ def detached_state(submission: Submission, run_id: int) -> DetachedState:
         )
     env = submission.environment()
     status = submission.status(env, run_id)
-    log = submission.log_text(run_id)
-    files: dict[tuple[str, int], dict[str, str]] = {}
-    for emission in decode_all(log, f"Flower run {run_id}"):
-        for path, text in emission.items():
-            if path.endswith(".json"):  # the seed's info names it
-                info = json.loads(text)
-                files[(str(info["algorithm"]), int(info["seed"]))] = emission
+    if not status.startswith(("running", "finished")):
+        return DetachedState(status, {}, {}, None, [])  # queued: its log is still empty
+    finished = status.startswith("finished")
+    deadline = time.monotonic() + LOG_WAIT_SECONDS
+    while True:
+        try:
+            log = submission.log_text(run_id, timeout=120 if finished else LOG_WAIT_SECONDS)
+        except DeploymentError:
+            if finished:
+                raise
+            log = ""  # running, nothing logged yet: the SuperLink holds the answer back
+        broken: list[str] = []
+        files: dict[tuple[str, int], dict[str, str]] = {}
+        for emission in decode_all(log, f"Flower run {run_id}", broken):
+            for path, text in emission.items():
+                if path.endswith(".json"):  # the seed's info names it
+                    info = json.loads(text)
+                    files[(str(info["algorithm"]), int(info["seed"]))] = emission
+        progress = read_progress(log)
+        # A finished run's last lines may reach the SuperLink seconds after it ended.
+        late = [key for key in progress if key not in files]
+        if not (finished and late) or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
     marked = [line.split(ERROR_MARK, 1)[1] for line in log.splitlines() if ERROR_MARK in line]
     error = marked[-1] if marked else None
-    if error is None and status.startswith("finished") and status != "finished:completed":
+    if error is None and finished and status != "finished:completed":
         error = f"the Flower run ended {status!r}"
-    return DetachedState(status, files, read_progress(log), error)
+    return DetachedState(status, files, progress, error, broken)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
+import sys
 from collections.abc import Iterator
 
 from fedbandit.errors import DeploymentError
@@ -66,11 +67,28 @@ def decode_files(log: str, what: str) -> dict[str, str] | None:
     return emissions[-1] if emissions else None
 
 
-def decode_all(log: str, what: str) -> list[dict[str, str]]:
+def decode_all(log: str, what: str, broken: list[str] | None = None) -> list[dict[str, str]]:
     """The files of every complete emission in ``log``, in order, each checked (see
-    ``decode_files``): a detached run emits one per seed."""
-    ends = [line.split() for line in log.splitlines() if line.startswith(END_MARK + " ")]
-    return [_decode_emission(log, end, what) for end in ends]
+    ``decode_files``): a detached run emits one per seed. With ``broken`` given, an emission
+    that fails its checks is left out and its reason appended there, instead of raising."""
+    lines = log.splitlines()
+    ends = [line.split() for line in lines if line.startswith(END_MARK + " ")]
+    emissions = []
+    for end in ends:
+        try:
+            emissions.append(_decode_emission(lines, end, what))
+        except DeploymentError as err:
+            if broken is None:
+                raise
+            broken.append(str(err))
+    return emissions
+
+
+def write_line(line: str) -> None:
+    """Put ``line`` on standard output (the run's log) in one write, on a line of its own: a
+    write another thread made before it without a final newline cannot hide its mark."""
+    sys.stdout.write(f"\n{line}\n")
+    sys.stdout.flush()
 
 
 def progress_line(algorithm: str, seed: int, event: str) -> str:
@@ -90,14 +108,24 @@ def read_progress(log: str) -> dict[tuple[str, int], str]:
     return events
 
 
-def _decode_emission(log: str, end: list[str], what: str) -> dict[str, str]:
+def _decode_emission(lines: list[str], end: list[str], what: str) -> dict[str, str]:
+    """One emission's files; ``DeploymentError`` for anything malformed or corrupted."""
+    try:
+        return _checked_emission(lines, end, what)
+    except (ValueError, KeyError, UnicodeDecodeError) as err:  # binascii.Error is a ValueError
+        raise DeploymentError(
+            f"{what}: a result file line in the run's log is malformed ({err})"
+        ) from None
+
+
+def _checked_emission(lines: list[str], end: list[str], what: str) -> dict[str, str]:
     if len(end) != 4:
         raise DeploymentError(f"{what}: a malformed end line in the run's log: {' '.join(end)!r}")
     seq, count, listing = end[1], int(end[2]), end[3]
     chunks: dict[str, dict[int, str]] = {}
     expected: dict[str, tuple[int, str]] = {}
     prefix = f"{FILE_MARK} {seq} "
-    for line in log.splitlines():
+    for line in lines:
         if not line.startswith(prefix):
             continue
         parts = line.split(" ", 5)
