@@ -221,10 +221,15 @@ def _detach(config: ExperimentConfig, options: RuntimeOptions, args: argparse.Na
     return 0
 
 
+def _reach(args: argparse.Namespace) -> dict[str, object]:
+    """How ``status`` and ``pull`` reach the SuperLink, where given on the command line."""
+    return {"superlink": args.superlink, "root_certificates": args.root_certificates}
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from fedbandit.runner import detached_status
 
-    heading, lines = detached_status(args.out)
+    heading, lines = detached_status(args.out, _reach(args))
     print(heading)
     width = max((len(label) for label, _ in lines), default=0)
     for label, state in lines:
@@ -240,7 +245,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     from fedbandit.results import read_json
     from fedbandit.runner import pull_detached, summary_table
 
-    manifest = pull_detached(args.out)
+    manifest = pull_detached(args.out, reach=_reach(args))
     for why in manifest["broken"]:
         print(f"fedbandit: warning: skipped result files: {why}", file=sys.stderr)
     arrived, wanted = manifest["arrived"], manifest["wanted"]
@@ -553,12 +558,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     status = sub.add_parser("status", help="the state of each seed of a detached run")
-    status.add_argument("out", type=Path, help="the folder of `fedbandit run ... --detach`")
-    status.set_defaults(func=_cmd_status)
     pull = sub.add_parser(
         "pull", help="fetch the finished seeds of a detached run (again: only the new ones)"
     )
-    pull.add_argument("out", type=Path, help="the folder of `fedbandit run ... --detach`")
+    for command in (status, pull):
+        command.add_argument("out", type=Path, help="the folder of `fedbandit run ... --detach`")
+        command.add_argument(
+            "--superlink",
+            help="HOST:PORT of the SuperLink from here (default: as recorded)",
+        )
+        command.add_argument(
+            "--root-certificates", type=Path, help="the SuperLink's CA certificate on this machine"
+        )
+    status.set_defaults(func=_cmd_status)
     pull.add_argument("--quiet", action="store_true", help="no table")
     pull.set_defaults(func=_cmd_pull)
 

@@ -427,9 +427,12 @@ def _refuse_pending_detached(run_dir: Path, manifest: dict[str, Any]) -> None:
         )
 
 
-def _detached_run(run_dir: Path) -> tuple[dict[str, Any], Submission, int]:
+def _detached_run(
+    run_dir: Path, reach: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], Submission, int]:
     """The manifest of a folder made by ``run --detach``, the submission that reaches its
-    SuperLink (as recorded) and the Flower run id."""
+    SuperLink (as recorded, or with ``reach``'s ``superlink`` and ``root_certificates`` from
+    another machine) and the Flower run id."""
     manifest_path = Path(run_dir) / "manifest.json"
     if not manifest_path.is_file():
         raise ConfigError(f"{run_dir} holds no run (no manifest.json)")
@@ -441,14 +444,20 @@ def _detached_run(run_dir: Path) -> tuple[dict[str, Any], Submission, int]:
             "makes one"
         )
     options = RuntimeOptions.model_validate(manifest["runtime_options"])
+    given = {key: value for key, value in (reach or {}).items() if value is not None}
+    if given:
+        options = options.model_copy(update=given)
     return manifest, Submission.of(options, Path(run_dir)), int(detached["flower_run"])
 
 
-def detached_status(run_dir: Path) -> tuple[str, list[tuple[str, str]]]:
+def detached_status(
+    run_dir: Path, reach: dict[str, Any] | None = None
+) -> tuple[str, list[tuple[str, str]]]:
     """A detached run's Flower status and each of its seeds' state: "pulled" (with its
     status), "finished" (not pulled yet), "running, round N", "queued", "failed: REASON" or
-    "not run"."""
-    manifest, submission, run_id = _detached_run(run_dir)
+    "not run". ``reach`` overrides how the SuperLink is reached (``superlink``,
+    ``root_certificates``): from another machine or network."""
+    manifest, submission, run_id = _detached_run(run_dir, reach)
     state = detached_state(submission, run_id)
     running = not state.status.startswith("finished")
     lines = []
@@ -472,14 +481,16 @@ def detached_status(run_dir: Path) -> tuple[str, list[tuple[str, str]]]:
     return f"Flower run {run_id}: {state.status}", lines
 
 
-def pull_detached(run_dir: Path, plots: bool = True) -> dict[str, Any]:
+def pull_detached(
+    run_dir: Path, plots: bool = True, reach: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Fetch the seeds of a detached run that have finished and are not in ``run_dir`` yet
     (idempotent: a seed already here is left as it is), then update the manifest and
     ``summary.json`` (and the plots once every seed has arrived). Returns the manifest, with
     ``pulled`` (how many seeds this call fetched) and, once the Flower run has ended without
     every seed, ``stopped`` (why)."""
     run_dir = Path(run_dir)
-    manifest, submission, run_id = _detached_run(run_dir)
+    manifest, submission, run_id = _detached_run(run_dir, reach)
     config = validate_experiment(manifest["config"])
     try:
         state = detached_state(submission, run_id)

@@ -129,6 +129,11 @@ def test_status_and_pull_say_when_the_superlink_is_unreachable(tmp_path):
         line = one_line_error(command, str(out))
         assert f"SuperLink at 127.0.0.1:{port} is unreachable" in line and "run 42" in line
     assert (out / "manifest.json").read_text() == before
+    with socket.socket() as probe:  # reached under another address from another machine
+        probe.bind(("127.0.0.1", 0))
+        other = probe.getsockname()[1]
+    line = one_line_error("status", str(out), "--superlink", f"127.0.0.1:{other}")
+    assert f"SuperLink at 127.0.0.1:{other} is unreachable" in line
     line = one_line_error(
         "run", "fedpe_tiny", "--seeds", "2", "--set", "horizon=64", "--out", str(out)
     )
