@@ -82,7 +82,8 @@ def _run_flower_sim_seeds(tasks: list[tuple[RunSpec, Path]], finished: SeedFinis
 
 
 def _run_flower(spec: RunSpec, run_dir: Path) -> float:
-    """One Flower run on the deployment's SuperLink; its ServerApp writes the seed's files."""
+    """One Flower run on the deployment's SuperLink; the seed's files come back into
+    ``run_dir`` (``fedbandit.flower.deployment.run_seed``)."""
 
     submission = Submission.of(spec.options, Path(run_dir))
     started = time.perf_counter()

@@ -512,10 +512,11 @@ def run_seed(
     (on this machine). Returns the Flower run id.
 
     The files come back through the Flower run's log (``fetch_result_files``), from a SuperLink
-    on any host. ``same_host`` (default: whether the SuperLink's address is a loopback one) also
-    lets the ServerApp write them into ``run_dir`` itself, whose seed JSON then tells the driver
-    at once that the run is ending (otherwise it asks ``flwr ls`` every ``status_seconds``)."""
-    from fedbandit.results import seed_stem, write_files
+    on any host. ``same_host`` (default: whether the SuperLink's address is a loopback one) lets
+    the ServerApp write them into ``run_dir`` itself instead: its seed JSON then tells the driver
+    at once that the run is ending (otherwise it asks ``flwr ls`` every ``status_seconds``), and
+    the log is read only when the files are not there."""
+    from fedbandit.results import seed_status, seed_stem, write_files
 
     job = FlowerJob(spec, num_nodes=0, poll_seconds=DEPLOYMENT_POLL_SECONDS)
     algorithm, seed = spec.algorithm, spec.seed
@@ -527,14 +528,15 @@ def run_seed(
     if same_host:
         run_config["result-dir"] = str(run_dir)
     run_id = submission.run(run_config, f"{algorithm}-seed{seed}", done_file)
-    write_files(run_dir, submission.fetch_result_files(run_id, f"{algorithm} seed {seed}"))
+    if not (same_host and seed_status(run_dir, algorithm, seed) is not None):
+        write_files(run_dir, submission.fetch_result_files(run_id, f"{algorithm} seed {seed}"))
     return run_id
 
 
 def submit_detached(submission: Submission, specs: list[RunSpec]) -> int:
     """Submit ``specs`` (one command's seeds) as one Flower run whose ServerApp runs them one
     after another, and return at once with its run id: each seed's files reach the run's log as
-    the seed ends (``detached_seeds`` reads them back)."""
+    the seed ends (``detached_state`` reads them back)."""
     jobs = [
         job_to_json(FlowerJob(spec, num_nodes=0, poll_seconds=DEPLOYMENT_POLL_SECONDS))
         for spec in specs
