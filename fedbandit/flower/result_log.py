@@ -71,12 +71,18 @@ def decode_all(log: str, what: str, broken: list[str] | None = None) -> list[dic
     """The files of every complete emission in ``log``, in order, each checked (see
     ``decode_files``): a detached run emits one per seed. With ``broken`` given, an emission
     that fails its checks is left out and its reason appended there, instead of raising."""
-    lines = log.splitlines()
-    ends = [line.split() for line in lines if line.startswith(END_MARK + " ")]
+    ends: list[list[str]] = []
+    lines_of: dict[str, list[str]] = {}  # one pass: each emission's file lines, by its tag
+    for line in log.splitlines():
+        if line.startswith(FILE_MARK + " "):
+            lines_of.setdefault(line.split(" ", 2)[1], []).append(line)
+        elif line.startswith(END_MARK + " "):
+            ends.append(line.split())
     emissions = []
     for end in ends:
         try:
-            emissions.append(_decode_emission(lines, end, what))
+            tag = end[1] if len(end) > 1 else ""
+            emissions.append(_decode_emission(lines_of.get(tag, []), end, what))
         except DeploymentError as err:
             if broken is None:
                 raise
@@ -109,7 +115,8 @@ def read_progress(log: str) -> dict[tuple[str, int], str]:
 
 
 def _decode_emission(lines: list[str], end: list[str], what: str) -> dict[str, str]:
-    """One emission's files; ``DeploymentError`` for anything malformed or corrupted."""
+    """One emission's files from its file ``lines`` and ``end`` line; ``DeploymentError`` for
+    anything malformed or corrupted."""
     try:
         return _checked_emission(lines, end, what)
     except (ValueError, KeyError, UnicodeDecodeError) as err:  # binascii.Error is a ValueError
@@ -121,13 +128,10 @@ def _decode_emission(lines: list[str], end: list[str], what: str) -> dict[str, s
 def _checked_emission(lines: list[str], end: list[str], what: str) -> dict[str, str]:
     if len(end) != 4:
         raise DeploymentError(f"{what}: a malformed end line in the run's log: {' '.join(end)!r}")
-    seq, count, listing = end[1], int(end[2]), end[3]
+    count, listing = int(end[2]), end[3]
     chunks: dict[str, dict[int, str]] = {}
     expected: dict[str, tuple[int, str]] = {}
-    prefix = f"{FILE_MARK} {seq} "
     for line in lines:
-        if not line.startswith(prefix):
-            continue
         parts = line.split(" ", 5)
         if len(parts) == 5:  # an empty file: nothing after the path
             parts.append("")
