@@ -72,6 +72,18 @@ def test_every_seed_of_a_detached_run_and_its_progress():
     assert len(decode_all(as_log([*lines, second[-1]]), "run 7")) == 2
 
 
+def finished_local_run(out) -> None:
+    """A small finished local run of ``fedpe_tiny`` in ``out`` (one seed, T = 64)."""
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_tiny", "--seeds", "1", "--quiet",
+         "--set", "horizon=64", "--out", str(out)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
@@ -81,17 +93,9 @@ def test_every_seed_of_a_detached_run_and_its_progress():
     ],
 )
 def test_detach_status_and_pull_refuse_in_one_line(tmp_path, argv, named):
-    import subprocess
-    import sys
-
     from cli_errors import one_line_error
 
-    local = tmp_path / "local"
-    subprocess.run(
-        [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_tiny", "--seeds", "1", "--quiet",
-         "--set", "horizon=64", "--out", str(local)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    finished_local_run(tmp_path / "local")
     argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
     if argv[0] == "run":
         argv += ["--out", str(tmp_path / "other")]
@@ -103,17 +107,11 @@ def test_status_and_pull_say_when_the_superlink_is_unreachable(tmp_path):
     line naming the SuperLink and that the results wait there; the folder is left as it was."""
     import json
     import socket
-    import subprocess
-    import sys
 
     from cli_errors import one_line_error
 
     out = tmp_path / "detached"
-    subprocess.run(
-        [sys.executable, "-m", "fedbandit.cli", "run", "fedpe_tiny", "--seeds", "1", "--quiet",
-         "--set", "horizon=64", "--out", str(out)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    finished_local_run(out)
     with socket.socket() as probe:  # a free port: nothing listens there afterwards
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
