@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from fedbandit.errors import ConfigError
 from fedbandit.federation.runtime import FederationResult
 from fedbandit.flower.deployment import FLOWER_ENVIRONMENT
-from fedbandit.flower.internals import simulation_poll
+from fedbandit.flower.internals import simulation_poll, simulation_stop
 from fedbandit.flower.job import FlowerJob
 from fedbandit.registry import build_instance
 from fedbandit.runspec import RunSpec
@@ -62,6 +62,7 @@ def simulate_flower_seeds(
     from fedbandit.flower.apps import build_client_app, build_server_app
 
     simulation_poll.install()
+    simulation_stop.install()  # a Ctrl-C during a round: the worker threads end before Ray
     num_clients = build_instance(first.experiment.instance).num_clients
     nodes = first.options.nodes or min(4, num_clients)
     if not 1 <= nodes <= num_clients:
