@@ -96,9 +96,13 @@ def test_a_backend_without_a_pool_has_nothing_in_flight():
 
 @pytest.fixture
 def raybackend(monkeypatch):
-    """Flower's Ray backend class, its terminate restored after the test."""
+    """Flower's Ray backend class with Flower's own terminate (an earlier flower-sim run in this
+    process may have wrapped it); whatever it had is restored after the test."""
     module = importlib.import_module(simulation_stop.MODULE)
-    monkeypatch.setattr(module.RayBackend, "terminate", module.RayBackend.terminate)
+    terminate = module.RayBackend.terminate
+    monkeypatch.setattr(
+        module.RayBackend, "terminate", getattr(terminate, "fedbandit_original", terminate)
+    )
     return module.RayBackend
 
 
@@ -107,6 +111,7 @@ def test_install_wraps_flowers_terminate_once(raybackend):
     assert simulation_stop.install() is True
     wrapped = raybackend.terminate
     assert wrapped is not original and wrapped.fedbandit_drain is True
+    assert wrapped.fedbandit_original is original
     assert simulation_stop.install() is False and raybackend.terminate is wrapped
 
 

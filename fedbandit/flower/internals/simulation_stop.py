@@ -64,6 +64,7 @@ def drain_then(
         terminate(backend)
 
     drained_terminate.fedbandit_drain = True  # type: ignore[attr-defined]
+    drained_terminate.fedbandit_original = terminate  # type: ignore[attr-defined]
     return drained_terminate
 
 
