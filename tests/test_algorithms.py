@@ -31,6 +31,14 @@ INSTANCES = {
         )
     ),
     "contextual_points": contextual_instance(ContextualParams(contexts="points", num_clients=3)),
+    "contextual_heterogeneous": contextual_instance(
+        ContextualParams(
+            setting="shared", num_clients=4, num_arms=3, dim=2, heterogeneity=0.6, seed=2
+        )
+    ),
+    "contextual_round_robin": contextual_instance(
+        ContextualParams(num_clients=3, arrival="round_robin", heterogeneity=0.3, seed=5)
+    ),
 }
 
 

@@ -106,6 +106,28 @@ def test_contextual_protocol_gives_the_same_results_on_flower_sim():
     assert flower.totals == local.totals and flower.totals["uplink_scalars"] > 0
 
 
+def test_hlinucb_gives_the_same_results_on_flower_sim():
+    """H-LinUCB on heterogeneous clients, in synchronous rounds and in the round-robin order,
+    in one Flower simulation of 3 nodes: regret and communication of the in-process runs."""
+    from fedbandit.flower.simulation import simulate_flower_seeds
+    from fedbandit.registry import build_instance
+
+    options = RuntimeOptions(runtime="flower-sim", nodes=3)
+    for arrival, horizon in (("synchronous", 120), ("round_robin", 240)):
+        overrides = [f"horizon={horizon}", "seeds=1", 'algorithms=["hlinucb"]']
+        overrides.append(f'instance.arrival="{arrival}"')
+        experiment = load_experiment("fed_heterogeneous_tiny", overrides)
+        spec = RunSpec(experiment=experiment, algorithm="hlinucb", seed=0, options=options)
+        results: list = []
+        simulate_flower_seeds([spec], lambda _, result, kept=results: kept.append(result) or True)
+        local = simulate(
+            build_instance(experiment.instance), "hlinucb", horizon, spec.entropy,
+            experiment.hyperparameters("hlinucb"),
+        )  # fmt: skip
+        np.testing.assert_array_equal(results[0].regret.increment_diff, local.regret.increment_diff)
+        assert results[0].totals == local.totals and local.totals["uplink_scalars"] > 0
+
+
 def test_authors_code_gives_the_same_results_on_flower_sim():
     """fidelity = "authors_code" of the three protocols in one Flower simulation (run-ahead on,
     3 nodes): regret and communication of the in-process runs."""

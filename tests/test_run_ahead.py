@@ -16,11 +16,12 @@ from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.registry import build_instance
 from fedbandit.simulation import build_federation
 
-CONTEXTUAL = ["dislinucb", "async_linucb", "fedlinucb", "central_linucb"]
+CONTEXTUAL = ["dislinucb", "async_linucb", "fedlinucb", "central_linucb", "hlinucb"]
 
 
 def instance_of(arrival: str = "synchronous"):
-    extra = ["instance.participation=1.0"] if arrival == "sequential" else []
+    extra = ["instance.participation=1.0"] if arrival != "synchronous" else []
+    extra.append("instance.heterogeneity=0.4")  # H-LinUCB's weights and its switch at tau
     config = load_experiment(
         "contextual_tiny", [f'instance.arrival="{arrival}"', "instance.num_clients=6", *extra]
     )
@@ -44,7 +45,7 @@ def assert_identical(a, b):
     assert (a.status, a.dropped) == (b.status, b.dropped)
 
 
-@pytest.mark.parametrize("arrival", ["synchronous", "sequential"])
+@pytest.mark.parametrize("arrival", ["synchronous", "sequential", "round_robin"])
 @pytest.mark.parametrize("algorithm", CONTEXTUAL)
 def test_run_ahead_gives_the_per_step_results(algorithm, arrival):
     instance = instance_of(arrival)

@@ -30,7 +30,10 @@ sequential setting (``experiments/fed_contextual_published.toml``) the two diffe
   synchronous order (T_total = M T) our transposition of it (310 for ``fed_contextual``);
   ``theorem`` D = (T_total / M) log(T_total) / (d M), our transcription of the paper's Theorem 4
   with T = T_total / M steps of M agents (about 2,580 for ``fed_contextual``; regret
-  O(d sqrt(M T) log^2 T), O(M^1.5 d^3) scalars; the statement itself was not available to check).
+  O(d sqrt(M T) log^2 T), O(M^1.5 d^3) scalars). The statement itself could not be checked: only
+  the abstract and introduction of arXiv 1904.06309 were reachable (searched again for issue
+  22), and the H-LinUCB authors' DisLinUCB (``anhddo/hlinUCB``, ``algo.py``) uses yet another
+  value, D = sqrt(T log(M T) / (d M)), T the rounds (give it as ``threshold``).
 - ``async_linucb`` (Li & Wang, AISTATS 2022; ``cyrilli/Async-LinUCB``, ``lib/AsyncLinUCB.py``):
   client i uploads when det(V_i) / det(V_i - dV_i) > gamma_U (``uploadCommTriggered``); the
   server keeps for each client j a buffer of the *other* clients' uploads since j's last download
@@ -421,8 +424,8 @@ def dislinucb_threshold(params: DisLinUCBParams, num_clients: int, dim: int, tot
     ``simulation``: T_total / (M d log T_total), ``D2`` of ``SimulationHomogeneousClients.py`` in
     ``cyrilli/Async-LinUCB`` (T there counts every client's steps: one random client per
     iteration). ``theorem``: D = (T / (d M)) log(M T) with T = T_total / M time steps of M agents,
-    Wang et al. 2020, Theorem 4 (our transcription: with it at most 2 d sqrt(M) syncs of M d^2
-    scalars each, the O(M^1.5 d^3) of the paper)."""
+    Wang et al. 2020, Theorem 4 (our transcription from memory, its text unreachable here: with it
+    at most 2 d sqrt(M) syncs of M d^2 scalars each, the O(M^1.5 d^3) of the paper's abstract)."""
     if params.threshold is not None:
         return params.threshold
     T_total = max(total, 3)
@@ -487,7 +490,7 @@ class DisLinUCBServer(FederatedRidgeServerBase):
     (``collect``) in which every client uploads and nobody pulls; then everyone downloads the new
     global statistics."""
 
-    def __init__(self, spec: ProblemSpec, params: DisLinUCBParams) -> None:
+    def __init__(self, spec: ProblemSpec, params: RidgeParams) -> None:
         super().__init__(spec, params)
         self.collect = False
 

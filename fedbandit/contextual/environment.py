@@ -8,6 +8,8 @@ same fixed-point grid as ``fedbandit.environment`` (integer-valued floats: order
 Arrival orders (the instance's ``arrival``):
 
 - ``synchronous`` (default): rounds 0..T-1; in each, every participating client acts once.
+- ``round_robin``: the order of H-LinUCB's simulations (Do et al., ``anhddo/hlinUCB``, ``algo.py``:
+  ``for t ...: for m in range(M)``): global steps 0..T-1, client s mod M acting at step s.
 - ``sequential``: the order of the simulations of DisLinUCB, Async-LinUCB and FedLinUCB (Li & Wang,
   ``cyrilli/Async-LinUCB``, ``SimulationHomogeneousClients.py``: ``random.choices(users)`` per
   iteration; He et al., ``uclaml/FedLinUCB``, ``Federated.py``: ``agent = np.random.choice(M)``):
@@ -48,15 +50,24 @@ ARRIVAL_DOMAIN = 2
 
 
 def arrival_order(instance: Any) -> str:
-    """The instance's arrival order: ``synchronous`` unless its parameters say ``sequential``."""
+    """The instance's arrival order: ``synchronous`` unless its parameters say ``sequential`` or
+    ``round_robin``."""
     return str(getattr(getattr(instance, "params", None), "arrival", "synchronous"))
 
 
 def total_interactions(instance: Any, horizon: int) -> int:
-    """Client actions in a run: M T in synchronous rounds, T in the sequential order."""
-    if arrival_order(instance) == "sequential":
+    """Client actions in a run: M T in synchronous rounds, T in the one-client-per-step orders."""
+    if arrival_order(instance) != "synchronous":
         return int(horizon)
     return int(horizon) * int(instance.num_clients)
+
+
+def round_of_step(instance: Any, step: int) -> int:
+    """The 1-based round of global step ``step`` (0-based): step + 1 in synchronous rounds;
+    step // M + 1 when one client acts per step (a round: M steps)."""
+    if arrival_order(instance) == "synchronous":
+        return int(step) + 1
+    return int(step) // int(instance.num_clients) + 1
 
 
 class ContextualEnvironment(GroupEnvironment):
@@ -81,7 +92,8 @@ class ContextualEnvironment(GroupEnvironment):
         self._all_active = instance.params.participation == 1.0
         self._contexts = self._means = self._noise = np.empty(0)
         self._active = np.empty(0, dtype=bool)
-        self.sequential = arrival_order(instance) == "sequential"
+        self.sequential = arrival_order(instance) != "synchronous"
+        self.round_robin = arrival_order(instance) == "round_robin"
         if self.sequential:
             self._init_sequential(entropy)
 
@@ -149,7 +161,9 @@ class ContextualEnvironment(GroupEnvironment):
     def _init_sequential(self, entropy: int | Sequence[int]) -> None:
         n, p = self.num_clients, self.instance.params
         if p.participation < 1:
-            raise ValueError("the sequential arrival order needs participation = 1")
+            raise ValueError(
+                f"the {arrival_order(self.instance)} arrival order needs participation = 1"
+            )
         self._arrival_rng = domain_generator(entropy, ARRIVAL_DOMAIN)
         self._arrival_snapshot = generators_to_arrays([self._arrival_rng])
         self._arrivals = np.empty(0, dtype=np.int64)
@@ -164,7 +178,11 @@ class ContextualEnvironment(GroupEnvironment):
         self._seq_noise = np.zeros((n, CHUNK))
         self._actor = -1  # the row of the acting client in this step, or -1
 
-    def _draw_arrivals(self) -> None:
+    def _draw_arrivals(self, start: int) -> None:
+        """The actors of the ``CHUNK`` global steps from ``start`` on."""
+        if self.round_robin:
+            self._arrivals = (start + np.arange(CHUNK)) % self.instance.num_clients
+            return
         self._arrival_snapshot = generators_to_arrays([self._arrival_rng])
         self._arrivals = self._arrival_rng.integers(0, self.instance.num_clients, size=CHUNK)
 
@@ -185,7 +203,7 @@ class ContextualEnvironment(GroupEnvironment):
 
     def _observe_sequential(self) -> tuple[np.ndarray, np.ndarray]:
         if self._arrival_pos == CHUNK:
-            self._draw_arrivals()
+            self._draw_arrivals(self.round)
             self._arrival_pos = 0
         actor = int(self._arrivals[self._arrival_pos])
         rows = np.flatnonzero(self.client_ids == actor)
@@ -254,7 +272,7 @@ class ContextualEnvironment(GroupEnvironment):
         self._arrival_rng = generators_from_arrays(strip_prefix("arrival_rng.", state))[0]
         self._arrival_pos = int(state["arrival_pos"])
         if self._arrival_pos < CHUNK:
-            self._draw_arrivals()
+            self._draw_arrivals(self.round - self._arrival_pos)
         self._actor = -1
 
     def record(self) -> RegretRecord:

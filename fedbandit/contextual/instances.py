@@ -8,6 +8,15 @@ expected reward of arm k is x_{t,k}^T theta_k. Two settings share this form:
 - ``shared`` (the DisLinUCB setting, Wang et al., ICLR 2020): one parameter theta for all arms and a
   feature vector x_{t,k} per arm per round.
 
+Heterogeneous clients (``heterogeneity`` epsilon > 0, the setting of H-LinUCB, Do, Nguyen-Tang,
+Arora, NeurIPS 2023), generated as the authors' ``get_type_training`` / ``create_theta_list`` do
+(``anhddo/hlinUCB``, ``algo.py``): client m has its own parameters
+theta_{m,k} = (1 - epsilon) s theta_k + 0.55 epsilon u_{m,k}, s the ``common_scale`` (their
+``base_scale``), u_{m,k} a random unit vector; ||theta_{m,k}|| <= 1 for s <= 1 and two clients'
+parameters differ by at most 1.1 epsilon. The realised maximum difference (the dissimilarity,
+which H-LinUCB is told, as in the authors' code) is in the instance summary. The authors keep the
+closest of 1000 draws to the target epsilon; ours is one draw.
+
 Context laws: ``gaussian`` (N(0, I_d)), ``sphere`` (uniform on the unit sphere), ``points``
 (one of ``num_points`` fixed points, drawn at instance creation), ``subspace`` (N(0, P) with P the
 projection on a random ``subspace_dim``-dimensional subspace). A hard ``margin``: contexts whose
@@ -53,11 +62,21 @@ class ContextualParams(BaseModel):
     num_points: int = Field(3, ge=1, description="support size of the 'points' law")
     subspace_dim: int = Field(1, ge=0, description="dimension of the 'subspace' law")
     participation: float = Field(1.0, gt=0, le=1, description="chance a client acts in a round")
-    arrival: Literal["synchronous", "sequential"] = Field(
+    arrival: Literal["synchronous", "sequential", "round_robin"] = Field(
         "synchronous",
         description="synchronous: every client acts in every round (T rounds); sequential: one "
         "client drawn uniformly acts per global step (T global steps), as in the papers' "
-        "simulations",
+        "simulations; round_robin: clients act one after another in id order, one per global "
+        "step (T global steps, T / M rounds), as in H-LinUCB's simulations",
+    )
+    heterogeneity: float = Field(
+        0.0,
+        ge=0,
+        le=2,
+        description="epsilon: client m's parameter is (1 - eps) s theta + 0.55 eps u_m",
+    )
+    common_scale: float = Field(
+        1.0, gt=0, le=1, description="s, the norm of the clients' common part over (1 - eps)"
     )
     balance_draws: int = Field(
         1, ge=1, le=1000, description="parameter sets drawn; the most balanced one is kept"
@@ -68,8 +87,10 @@ class ContextualParams(BaseModel):
     def _check(self) -> ContextualParams:
         if self.contexts == "subspace" and self.subspace_dim >= self.dim:
             raise ValueError("subspace_dim must be smaller than dim for 'subspace' contexts")
-        if self.arrival == "sequential" and self.participation < 1:
-            raise ValueError("the sequential arrival order draws who acts: participation must be 1")
+        if self.arrival != "synchronous" and self.participation < 1:
+            raise ValueError(
+                f"the {self.arrival} arrival order says who acts: participation must be 1"
+            )
         return self
 
 
@@ -83,6 +104,8 @@ class ContextualInstance:
     basis: np.ndarray | None
     name: str = "contextual"
     info: dict[str, Any] = field(default_factory=dict)
+    #: (M, K, d): each client's own parameters (heterogeneous clients), or None (all share thetas).
+    client_thetas: np.ndarray | None = None
 
     @property
     def num_clients(self) -> int:
@@ -133,15 +156,20 @@ class ContextualInstance:
             draw = draw[..., : p.subspace_dim] @ self.basis.T
         return draw
 
-    def means(self, contexts: np.ndarray) -> np.ndarray:
-        """mu_k = x_k^T theta_k for contexts of shape (..., K, d) or compact (..., 1, d).
+    def means(self, contexts: np.ndarray, client_id: int | None = None) -> np.ndarray:
+        """mu_k = x_k^T theta_k for contexts of shape (..., K, d) or compact (..., 1, d), with
+        client ``client_id``'s own parameters on a heterogeneous instance (default: the common
+        ones).
 
         A compiled loop rather than a matrix product, so a value never depends on how many
         contexts are evaluated together (BLAS blocking would change the rounding)."""
         flat = np.ascontiguousarray(contexts).reshape(-1, *contexts.shape[-2:])
         from fedbandit.contextual.kernels import context_means  # numba loads on first use
 
-        return context_means(flat, self.thetas).reshape(*contexts.shape[:-2], self.num_arms)
+        thetas = self.thetas
+        if self.client_thetas is not None and client_id is not None:
+            thetas = self.client_thetas[client_id]
+        return context_means(flat, thetas).reshape(*contexts.shape[:-2], self.num_arms)
 
     def expand(self, compact: np.ndarray) -> np.ndarray:
         """Compact contexts (..., context_rows, d) as per-arm contexts (..., K, d) (a view)."""
@@ -162,7 +190,7 @@ class ContextualInstance:
         filled, drawn = 0, 0
         while filled < count:
             batch = self._raw(rng, (count - filled) * 5 // 4 + 16)
-            batch_means = self.means(batch)
+            batch_means = self.means(batch, client_id)
             drawn += len(batch)
             if self.params.margin > 0:
                 keep = top_two_gap(batch_means) >= self.params.margin
@@ -243,13 +271,45 @@ def contextual_instance(params: ContextualParams) -> ContextualInstance:
             params, thetas, points, basis, name=f"contextual_{params.contexts}"
         )
         if params.balance_draws == 1:
-            return candidate
+            return _heterogeneous(candidate, rng)
         x = candidate.expand(candidate._raw(rng, 4096))
         share = np.bincount(candidate.means(x).argmax(axis=1), minlength=params.num_arms).min()
         if share > best_share:
             best, best_share = candidate, share
     assert best is not None
-    return best
+    return _heterogeneous(best, rng)
+
+
+def _heterogeneous(instance: ContextualInstance, rng: np.random.Generator) -> ContextualInstance:
+    """``instance`` with each client's own parameters when ``heterogeneity`` > 0 (drawn after
+    everything else, so a homogeneous instance of the same seed is unchanged):
+    theta_{m,k} = (1 - eps) s theta_k + 0.55 eps u_{m,k}, u_{m,k} uniform on the unit sphere (one
+    u_m for every arm with a shared parameter); the code's u is ``normalize(rand - 0.5)``."""
+    p = instance.params
+    eps = p.heterogeneity
+    if eps == 0:
+        return instance
+    count = 1 if p.setting == "shared" else p.num_arms
+    u = rng.standard_normal((p.num_clients, count, p.dim))
+    u /= np.linalg.norm(u, axis=2, keepdims=True)
+    own = (1 - eps) * p.common_scale * instance.thetas[None, :count] + 0.55 * eps * u
+    own = np.broadcast_to(own, (p.num_clients, p.num_arms, p.dim)).copy()
+    return ContextualInstance(
+        p,
+        instance.thetas,
+        instance.points,
+        instance.basis,
+        name=f"{instance.name}_heterogeneous",
+        info={**instance.info, "dissimilarity": dissimilarity(own)},
+        client_thetas=own,
+    )
+
+
+def dissimilarity(client_thetas: np.ndarray) -> float:
+    """max over clients i, j and arms k of ||theta_{i,k} - theta_{j,k}|| (H-LinUCB's epsilon,
+    ``calc_dissimilarity`` in ``anhddo/hlinUCB``)."""
+    gaps = client_thetas[:, None] - client_thetas[None, :]
+    return float(np.linalg.norm(gaps, axis=-1).max())
 
 
 #: Declared in ``setup.cfg`` under ``fedbandit.instances``.
