@@ -61,6 +61,8 @@ def test_every_algorithm_runs_on_every_instance(algorithm, instance_name):
     )
     if instance.contextual and instance.params.participation < 1:
         assert 0 < result.regret.client_pulls.min() < 300
+    elif instance.contextual and instance.params.arrival == "round_robin":
+        np.testing.assert_array_equal(result.regret.client_pulls, 300 // instance.num_clients)
     else:
         np.testing.assert_array_equal(result.regret.client_pulls, 300)
     curve = result.regret.mean_cumulative_regret()
