@@ -115,7 +115,7 @@ def test_hlinucb_gives_the_same_results_on_flower_sim():
     options = RuntimeOptions(runtime="flower-sim", nodes=3)
     for arrival, horizon in (("synchronous", 120), ("round_robin", 240)):
         overrides = [f"horizon={horizon}", "seeds=1", 'algorithms=["hlinucb"]']
-        overrides.append(f'instance.arrival="{arrival}"')
+        overrides += [f'instance.arrival="{arrival}"', "instance.heterogeneity=0.05"]
         experiment = load_experiment("fed_heterogeneous_tiny", overrides)
         spec = RunSpec(experiment=experiment, algorithm="hlinucb", seed=0, options=options)
         results: list = []
