@@ -115,6 +115,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         reconnect_timeout=args.reconnect_timeout,
         run_timeout=args.run_timeout,
         steps_per_round=args.steps_per_round,
+        secure_aggregation=args.secure_aggregation,
+        secure_threshold=args.secure_threshold,
         superlink=args.superlink,
         insecure=args.insecure,
         root_certificates=args.root_certificates,
@@ -548,6 +550,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="seconds a round waits for a restarted SuperNode (started with --persist) to "
         "take over a lost node's clients before the failure policy applies",
+    )
+    run.add_argument(
+        "--secure-aggregation",
+        action="store_true",
+        help="flower-sim and flower: the fields a server only sums travel through Flower's "
+        "SecAgg+, so the server sees their sum over nodes, not each node's (3 or more nodes; "
+        "see docs/secure-aggregation.md)",
+    )
+    run.add_argument(
+        "--secure-threshold",
+        type=int,
+        help="with --secure-aggregation: nodes that must survive a round to unmask its sum "
+        "(default: a majority, at least 2)",
     )
     run.add_argument(
         "--detach",

@@ -193,6 +193,34 @@ def aggregate_directions(
     return _pooled_least_squares(counts, directions, estimates, group, num_groups, weighted=True)
 
 
+def weighted_direction_sums(
+    estimates: np.ndarray, counts: np.ndarray, group: np.ndarray, num_groups: int
+) -> np.ndarray:
+    """A client's share of Fed-PE's aggregate, s_{i,g} = sum_{a in g} n_{i,a} theta_hat_{i,a},
+    (M, G, d): summed over clients (secure aggregation) it gives the vector that
+    ``aggregate_directions`` multiplies by V_g^+."""
+    weighted = np.asarray(counts, dtype=np.float64)[..., None] * estimates
+    out = np.zeros((estimates.shape[0], num_groups, estimates.shape[-1]))
+    np.add.at(out, (slice(None), group), weighted)
+    return out
+
+
+def aggregate_direction_sums(
+    weighted_sums: np.ndarray,
+    counts: np.ndarray,
+    directions: np.ndarray,
+    group: np.ndarray,
+    num_groups: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fed-PE's server aggregation from the clients' summed shares (secure aggregation):
+    theta_g = V_g^+ sum_i s_{i,g} with ``weighted_sums`` = sum_i s_{i,g} (G, d) from
+    ``weighted_direction_sums``, and V_g = sum n_{i,a} u_{i,a} u_{i,a}^T from the counts and the
+    directions the server holds. Equals ``aggregate_directions`` up to float rounding."""
+    zeros = np.zeros(directions.shape)
+    _, cov, gram = _pooled_least_squares(counts, directions, zeros, group, num_groups, True)
+    return np.einsum("gde,ge->gd", cov, weighted_sums), cov, gram
+
+
 def aggregate_least_squares(
     reward_sums: np.ndarray,
     counts: np.ndarray,

@@ -165,11 +165,27 @@ def check_out_dir(run_dir: Path) -> None:
         raise ConfigError(f"--out {run_dir}: the folder is not writable")
 
 
-def preflight(config: ExperimentConfig, instance: Instance, algorithms: list[str]) -> None:
+def preflight(
+    config: ExperimentConfig,
+    instance: Instance,
+    algorithms: list[str],
+    options: RuntimeOptions | None = None,
+) -> None:
     """Build every algorithm's server on the instance before any seed runs, so that what an
-    algorithm refuses (its problem checks, too short a horizon) is one clear error up front."""
+    algorithm refuses (its problem checks, too short a horizon, secure aggregation when its
+    server sums nothing) is one clear error up front."""
     for algorithm in algorithms:
-        build_server(instance, algorithm, config.horizon, config.hyperparameters(algorithm))
+        server = build_server(
+            instance, algorithm, config.horizon, config.hyperparameters(algorithm)
+        )
+        if options is not None and options.secure_aggregation and not server.secure_sums():
+            raise ConfigError(
+                f"--secure-aggregation: {algorithm} declares no field that its server only "
+                "sums over nodes (it exchanges with one client at a time, needs each client's "
+                "values, or is not supported yet), so masking would hide nothing; run it "
+                "without --secure-aggregation or leave it out (--algorithms); see "
+                "docs/secure-aggregation.md"
+            )
 
 
 def check_memory(
@@ -341,7 +357,7 @@ def run_experiment(
         workers = 1  # the nodes do the parallel work
     workers = workers or min(os.cpu_count() or 1, config.seeds * len(selected))
     instance = build_instance(config.instance)
-    preflight(config, instance, selected)
+    preflight(config, instance, selected, options)
     if entry.parallel:
         check_memory(config, instance, selected, workers, force)
     check_out_dir(run_dir)

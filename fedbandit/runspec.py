@@ -53,6 +53,17 @@ class RuntimeOptions(BaseModel):
         description="logical exchanges one Flower round may carry: protocols that talk every "
         "step let their clients run ahead until an event (results are identical)",
     )
+    secure_aggregation: bool = Field(
+        False,
+        description="the fields a server only sums travel through Flower's SecAgg+: the server "
+        "sees their sum over nodes (flower-sim and flower; 3 or more nodes)",
+    )
+    secure_threshold: int | None = Field(
+        None,
+        ge=2,
+        description="SecAgg+ reconstruction threshold: nodes that must survive a secure round "
+        "(default: a majority, at least 2)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RuntimeOptions:
@@ -72,6 +83,19 @@ class RuntimeOptions(BaseModel):
             raise ValueError("superlink (--superlink) needs runtime 'flower'")
         if self.nodes is not None and self.runtime != "flower-sim":
             raise ValueError("nodes (--nodes) applies to runtime 'flower-sim' only")
+        if self.secure_aggregation:
+            if self.runtime == "local":
+                raise ValueError(
+                    "secure aggregation (--secure-aggregation) needs runtime 'flower-sim' or "
+                    "'flower': in-process no message travels, so there is nothing to hide"
+                )
+            if self.runtime == "flower-sim" and self.nodes is not None and self.nodes < 3:
+                raise ValueError(
+                    f"secure aggregation needs 3 or more nodes (--nodes), got {self.nodes}: with "
+                    "two, each node learns the other's values from the sum"
+                )
+        elif self.secure_threshold is not None:
+            raise ValueError("secure_threshold (--secure-threshold) needs --secure-aggregation")
         return self
 
     @property
@@ -87,6 +111,7 @@ class RuntimeOptions(BaseModel):
             "runtime": self.runtime,
             "nodes": self.nodes,
             "on_client_failure": self.on_client_failure,
+            "secure_aggregation": self.secure_aggregation,
         }
 
     @staticmethod

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedbandit.estimators import (
+    aggregate_direction_sums,
     aggregate_directions,
     aggregate_least_squares,
     direction_estimates,
@@ -18,6 +19,7 @@ from fedbandit.estimators import (
     pull_counts,
     scores_and_widths,
     unit_directions,
+    weighted_direction_sums,
 )
 
 
@@ -182,3 +184,30 @@ def test_pull_counts_mask_inactive_arms_and_tiny_weights():
     active = np.array([[True, True, False, True], [True, True, True, False]])
     # ceil(8 pi) on active arms with pi > 1e-10, else 0
     np.testing.assert_array_equal(pull_counts(weights, 8, active), [[4, 2, 0, 0], [3, 6, 0, 0]])
+
+
+def test_fedpe_aggregate_from_summed_shares_by_hand():
+    # Client 0: arm 0 pulled twice, estimate (1, 0); arm 1 once, (0, 2). Client 1: arm 0 once,
+    # (3, 0); arm 1 not pulled. Directions: arm 0 along e1, arm 1 along e2.
+    counts = np.array([[2, 1], [1, 0]])
+    estimates = np.array([[[1.0, 0.0], [0.0, 2.0]], [[3.0, 0.0], [0.0, 0.0]]])
+    directions = np.array([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]])
+    # Disjoint (one group per arm): s_0 = [(2, 0), (0, 2)], s_1 = [(3, 0), (0, 0)].
+    shares = weighted_direction_sums(estimates, counts, np.array([0, 1]), 2)
+    np.testing.assert_array_equal(shares, [[[2, 0], [0, 2]], [[3, 0], [0, 0]]])
+    theta, cov, gram = aggregate_direction_sums(
+        shares.sum(axis=0), counts, directions, np.array([0, 1]), 2
+    )
+    # V_0 = diag(3, 0), V_1 = diag(0, 1): theta_0 = (5/3, 0), theta_1 = (0, 2)
+    np.testing.assert_allclose(gram, [np.diag([3.0, 0.0]), np.diag([0.0, 1.0])])
+    np.testing.assert_allclose(theta, [[5 / 3, 0.0], [0.0, 2.0]])
+    plain = aggregate_directions(estimates, counts, directions, np.array([0, 1]), 2)
+    np.testing.assert_allclose(theta, plain[0])
+    np.testing.assert_allclose(cov, plain[1])
+    # Shared (one group): s_0 = (2, 2), s_1 = (3, 0); V = diag(3, 1): theta = (5/3, 2)
+    shares = weighted_direction_sums(estimates, counts, np.array([0, 0]), 1)
+    np.testing.assert_array_equal(shares, [[[2, 2]], [[3, 0]]])
+    theta, _, _ = aggregate_direction_sums(
+        shares.sum(axis=0), counts, directions, np.array([0, 0]), 1
+    )
+    np.testing.assert_allclose(theta, [[5 / 3, 2.0]])

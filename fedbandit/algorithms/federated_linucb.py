@@ -494,6 +494,10 @@ class DisLinUCBServer(FederatedRidgeServerBase):
         super().__init__(spec, params)
         self.collect = False
 
+    def secure_sums(self) -> dict[str, frozenset[str]]:
+        """A sync's uploads are only added up: (dV, db) and, with ``authors_code``, the counts."""
+        return {"collect": frozenset({"gram_delta", "target_delta", "count_delta"})}
+
     def _interim(self, ids: np.ndarray) -> Message | None:
         if not self.collect:
             return None

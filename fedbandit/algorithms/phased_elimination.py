@@ -20,6 +20,7 @@ reference receives the features themselves and runs least squares.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,6 +33,7 @@ from fedbandit.design import solve_design_fast
 from fedbandit.environment import BanditEnvironment
 from fedbandit.errors import ConfigError
 from fedbandit.estimators import (
+    aggregate_direction_sums,
     aggregate_directions,
     aggregate_least_squares,
     direction_estimates,
@@ -45,6 +47,7 @@ from fedbandit.estimators import (
     scores_and_widths,
     squared_norms,
     unit_directions,
+    weighted_direction_sums,
 )
 from fedbandit.federation.messages import Message, broadcast
 from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
@@ -193,7 +196,15 @@ class PhasedEliminationServer(ServerLogic):
         if self.phase == 0:
             self._learn_vectors(reply, rows)
         assert self.vectors is not None
-        if self.variant.estimator == "direction":
+        if "weighted_estimate" in reply.fields:  # secure aggregation: sum_i s_{i,g} only
+            theta, cov, _ = aggregate_direction_sums(
+                reply.fields["weighted_estimate"].sum(axis=0),
+                self._weights(counts),
+                self.vectors,
+                self.group,
+                self.num_groups,
+            )
+        elif self.variant.estimator == "direction":
             if every:
                 estimates = reply.fields["estimate"]
             else:
@@ -217,6 +228,20 @@ class PhasedEliminationServer(ServerLogic):
         else:
             self.phase += 1
             self.stage = "eliminate"
+
+    def secure_sums(self) -> dict[str, frozenset[str]]:
+        """From phase 1 on, a report's estimates can reach the aggregate as sum_i s_{i,g}
+        (``weighted_direction_sums``, the client's ``summable``): the server needs no single
+        client's estimate. Phase 0's reports stay per client (the design needs each client's
+        directions u_{i,a}), as do the counts and active sets the design is made of."""
+        if self.variant.estimator != "direction":
+            return {}
+        return {"explore": frozenset({"weighted_estimate"})}
+
+    def secure_fields(self, message: Message) -> frozenset[str]:
+        if message.kind == "explore" and int(message.fields["phase"][0]) >= 1:
+            return super().secure_fields(message)
+        return frozenset()
 
     def _weights(self, counts: np.ndarray) -> np.ndarray:
         """Each estimate's weight in the aggregation: its pull count n (Fed-PE)."""
@@ -340,6 +365,24 @@ class PhasedEliminationClient(ClientLogic):
         if self._sq_norms is None:
             self._sq_norms = squared_norms(self.features)
         return self._sq_norms if self._every(rows) else self._sq_norms[rows]
+
+    def _weights(self, counts: np.ndarray) -> np.ndarray:
+        """The weights the server gives each estimate (``PhasedEliminationServer._weights``)."""
+        return counts
+
+    def summable(self, reply: Message, summed: frozenset[str]) -> Message:
+        """A report with ``weighted_estimate`` s_{i,g} = sum_{a in g} w_{i,a} theta_hat_{i,a}
+        (w the server's weights) in place of the per-arm estimates, for secure aggregation."""
+        if "weighted_estimate" not in summed or "estimate" not in reply.fields:
+            return reply
+        group, num_groups = _groups(self.spec.num_arms, self.variant.shared)
+        weights = self._weights(reply.fields["counts"].astype(np.int64))
+        fields = {k: v for k, v in reply.fields.items() if k != "estimate"}
+        fields["weighted_estimate"] = weighted_direction_sums(
+            reply.fields["estimate"], weights, group, num_groups
+        )
+        sparse = {k: m for k, m in reply.sparse.items() if k != "estimate"}
+        return dataclasses.replace(reply, fields=fields, sparse=sparse)
 
     def _rows(self, client_ids: np.ndarray) -> np.ndarray:
         rows = np.searchsorted(self.client_ids, client_ids)

@@ -164,6 +164,12 @@ class PrivateFedPEClient(PhasedEliminationClient):
             sums = sums + executed * tau * noise  # the noisy mean times n
         return executed, sums
 
+    def _weights(self, counts: np.ndarray) -> np.ndarray:
+        """The server's weights: the effective counts of the noisy estimates."""
+        if not self.private.noise:
+            return counts
+        return effective_counts(counts, self.accounting, self.sigma)
+
     def _explore(self, message: Message, rows: np.ndarray) -> Message:
         reply = super()._explore(message, rows)
         return dataclasses.replace(

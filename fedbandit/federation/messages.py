@@ -9,6 +9,11 @@ runtime (in-process or Flower) counts the same: scalars are array entries, bytes
 
 Fields that hold the same value for every client may be ``np.broadcast_to`` views: no copy is made
 in-process, and they still count once per receiving client, as on a real network.
+
+A reply that came through secure aggregation holds, for each field named in ``summed``, only its
+sum over the clients, with a leading axis of 1: a server reads such a field with ``.sum(axis=0)``
+(which gives the same array for a plaintext reply). It is counted as if every client had sent its
+own value, so communication is the same with and without secure aggregation.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ class Message:
     ``meta`` is a measurement side channel (for example pulls done so far): it is never read by the
     algorithm and is not counted as communication. ``known`` names fields the receiver already
     holds or can derive (such as its own active set, used as a sparsity mask): they travel with the
-    message in-process for convenience but are not counted.
+    message in-process for convenience but are not counted. ``summed`` names fields that hold only
+    their sum over the clients (leading axis 1; see the module).
     """
 
     kind: str
@@ -36,10 +42,20 @@ class Message:
     sparse: Mapping[str, str] = field(default_factory=dict)
     known: frozenset[str] = frozenset()
     meta: Mapping[str, np.ndarray] = field(default_factory=dict)
+    summed: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         n = len(self.client_ids)
+        if unknown := self.summed - set(self.fields):
+            raise ValueError(f"summed fields {sorted(unknown)} are not fields of {self.kind!r}")
         for name, value in {**self.fields, **self.meta}.items():
+            if name in self.summed and name in self.fields:
+                if value.shape[:1] != (1,):
+                    raise ValueError(
+                        f"summed field {name!r} of message {self.kind!r} has leading axis "
+                        f"{value.shape[:1]}, expected (1,): one sum over the clients"
+                    )
+                continue
             if value.shape[:1] != (n,):
                 raise ValueError(
                     f"field {name!r} of message {self.kind!r} has leading axis "
@@ -70,13 +86,16 @@ class Message:
 
     def _entries(self, name: str, value: np.ndarray) -> np.ndarray:
         mask_name = self.sparse.get(name)
-        if mask_name is None:
+        if mask_name is None:  # dense (a summed field too: each client sent one of its shape)
             return np.full(self.num_clients, int(np.prod(value.shape[1:])), dtype=np.int64)
         mask = self.fields[mask_name]
         return mask.reshape(self.num_clients, -1).sum(axis=1) * int(np.prod(value.shape[2:]))
 
     def select(self, positions: np.ndarray | slice) -> Message:
-        """The sub-batch for the clients at ``positions`` (a slice keeps views)."""
+        """The sub-batch for the clients at ``positions`` (a slice keeps views); a message with
+        summed fields cannot be split."""
+        if self.summed:
+            raise ValueError(f"cannot select clients of a message with summed fields {self.summed}")
         return Message(
             kind=self.kind,
             round=self.round,
@@ -101,6 +120,8 @@ class Message:
                 )
             if set(part.fields) != set(first.fields):
                 raise ValueError(f"replies of kind {first.kind!r} carry different fields")
+        if any(part.summed for part in parts):
+            raise ValueError("cannot join messages with summed fields")
         if len(parts) == 1 and np.all(first.client_ids[1:] > first.client_ids[:-1]):
             return first  # one group's reply, already ordered by client id: nothing to join
         ids = np.concatenate([p.client_ids for p in parts])

@@ -9,6 +9,7 @@ algorithm code imports no network library and never reaches into the other side'
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,23 @@ class ServerLogic(ABC):
     @abstractmethod
     def aggregate(self, reply: Message) -> None:
         """Take the replies of the round just configured, ordered by client id."""
+
+    def secure_sums(self) -> Mapping[str, frozenset[str]]:
+        """The reply fields this server only ever sums over clients, by the kind of the message
+        that asks for them: for example ``{"collect": frozenset({"gram_delta",
+        "target_delta"})}``. With secure aggregation (``RuntimeOptions.secure_aggregation``) the
+        replies to such a message travel through SecAgg+, and ``aggregate`` receives each named
+        field as its sum over the clients that answered (``Message.summed``: leading axis 1), so
+        it must read them with ``.sum(axis=0)`` only; every other field arrives per client, in
+        the clear. Empty (the default): the server needs each client's values, and a run with
+        secure aggregation is refused."""
+        return {}
+
+    def secure_fields(self, message: Message) -> frozenset[str]:
+        """The fields of the replies to ``message`` (about to be sent) that travel as sums under
+        secure aggregation: by default ``secure_sums()`` of its kind. A server overrides it when
+        only some messages of a kind can be summed (Fed-PE's phase 0 reports stay per client)."""
+        return self.secure_sums().get(message.kind, frozenset())
 
     def report(self) -> dict[str, Any]:
         """What the algorithm measured about its own run, as JSON-ready values, for the seed's
@@ -93,6 +111,14 @@ class ClientLogic(ABC):
         """Continue exactly where the group whose ``state_dict`` this is left off."""
         self.env.load_state_dict(strip_prefix("env.", state))
         restore(self, self.STATE, strip_prefix("logic.", state))
+
+    def summable(self, reply: Message, summed: frozenset[str]) -> Message:
+        """``reply`` in the form whose ``summed`` fields the server adds up under secure
+        aggregation (the runtime then sums them over the node's clients and masks them). By
+        default the reply itself; an algorithm whose plain reply carries per-client values that
+        the server combines with its own weights returns those weighted terms instead (Fed-PE:
+        sum over its arms of n theta_hat), which its server knows how to aggregate."""
+        return reply
 
     def regret_record(self) -> RegretRecord:
         """The environment's record of the true regret (a measurement, not communication)."""

@@ -117,6 +117,13 @@ class ReplyBuffer:
         self._expected, self._replies = [], []
         return None
 
+    def delivered_alone(self) -> None:
+        """A message was delivered with no run-ahead (a secure exchange): nothing is stored."""
+        self._expected, self._replies = [], []
+        self.consumed = 1
+        self.delivered += 1
+        self.served += 1
+
     def store(self, message: Message, replies: Sequence[Sequence[Message]]) -> Message:
         """Keep the joined replies of the exchanges every group ran after delivering
         ``message`` (``replies``: per group, in client order, its replies in exchange order);

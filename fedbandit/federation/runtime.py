@@ -56,6 +56,8 @@ class ClientFailure(Exception):  # noqa: N818 - the name of the event, not of a 
     - ``reasons``: what went wrong, by where (for example ``"node 42 (clients 3-5)"``).
     - ``partial``: the joined replies of the addressed clients that did answer (ordered by client
       id), or None when none did. Rejected replies are never part of it.
+    - ``fatal``: the round cannot go on without the lost clients either (secure aggregation
+      halted: too few nodes left to unmask the sum); the run stops whatever the policy.
     """
 
     def __init__(
@@ -63,8 +65,10 @@ class ClientFailure(Exception):  # noqa: N818 - the name of the event, not of a 
         lost_clients: np.ndarray | Sequence[int],
         reasons: Mapping[str, str],
         partial: Message | None = None,
+        fatal: bool = False,
     ) -> None:
         self.lost_clients = np.unique(np.asarray(lost_clients, dtype=np.int64))
+        self.fatal = fatal
         if self.lost_clients.size == 0:
             raise ValueError("a client failure must name at least one lost client")
         self.reasons = dict(reasons)
@@ -301,7 +305,8 @@ def run_federation(
     """The interaction loop: configure, deliver, aggregate, until the server is done.
 
     ``on_client_failure`` says what a round that loses clients (``ClientFailure``) does:
-    ``"abort"`` stops the run and returns the results so far with ``status="aborted"``; ``"drop"``
+    ``"abort"`` (and any ``fatal`` failure) stops the run and returns the results so far with
+    ``status="aborted"``; ``"drop"``
     calls ``server.drop_clients`` and ``runtime.drop`` with the lost clients, aggregates the
     surviving replies of the round and goes on. When no addressed client answered, nothing is
     aggregated: the server configures its next round without the lost clients (the built-in servers
@@ -326,7 +331,7 @@ def run_federation(
             survivors = _surviving_reply(message, failure)
             ledger.record_exchange(message, survivors)
             failures.append(f"round {message.round}: {failure}")
-            if on_client_failure == "abort":
+            if on_client_failure == "abort" or failure.fatal:
                 status = "aborted"
                 break
             server.drop_clients(failure.lost_clients)

@@ -26,14 +26,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from fedbandit.config import validate_experiment
-from fedbandit.errors import FedbanditError
-from fedbandit.federation.protocol import ClientLogic
+from fedbandit.errors import DeploymentError, FedbanditError
+from fedbandit.federation import Message as BanditMessage
+from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.federation.run_ahead import Ahead, rewind, run_ahead
 from fedbandit.federation.runtime import FederationResult, run_federation
 from fedbandit.flower.codec import (
@@ -55,6 +57,12 @@ from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.flower.internals import pull_backoff
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
 from fedbandit.flower.result_log import encode_files, progress_line, write_line
+from fedbandit.flower.secure_aggregation import (
+    MIN_NODES,
+    SecureSettings,
+    secure_reply,
+    unwrap_request,
+)
 from fedbandit.instances import Instance
 from fedbandit.registry import build_instance
 from fedbandit.simulation import SeedResult, build_federation, build_server
@@ -244,26 +252,51 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
         logic, _ = _client_logic(_job(known, message, context), context)
         return Message(encode_hello(logic.client_ids), reply_to=message)
 
-    @app.train("step")
-    def step(message: Message, context: Context) -> Message:
-        started = time.perf_counter()
-        request = decode(message.content)
+    def answer(
+        message: Message, content: RecordDict, context: Context
+    ) -> tuple[ClientLogic, list[BanditMessage]]:
+        """The group and its replies to the encoded request ``content``: one, or with run-ahead
+        instructions those of every exchange it ran; its state kept for the next message."""
+        request = decode(content)
         logic, store = _client_logic(_job(known, message, context), context, request.round)
-        control = get_ahead(message.content)
+        control = get_ahead(content)
         if control is not None:
             _rewind(logic, context, control[1])
         before = _copy(logic.state_dict()) if store is not None else {}
         if control is None:
-            content = encode(logic.handle(request))
+            replies = [logic.handle(request)]
         else:
             replies, ahead = run_ahead(logic, request, control[0])
             encode_ahead(ahead, context.state)
-            content = encode_steps(replies)
         encode_state(logic.state_dict(), context.state)
         if store is not None:
             store.save(request.round, before, logic.state_dict())
+        return logic, replies
+
+    @app.train("step")
+    def step(message: Message, context: Context) -> Message:
+        started = time.perf_counter()
+        _, replies = answer(message, message.content, context)
+        if get_ahead(message.content) is None:
+            content = encode(replies[0])
+        else:
+            content = encode_steps(replies)
         set_handler_seconds(content, time.perf_counter() - started)
         return Message(content, reply_to=message)
+
+    @app.train(mods=[secaggplus_mod])
+    def secure_step(message: Message, context: Context) -> Message:
+        """An exchange under secure aggregation (``fedbandit.flower.secure_aggregation``):
+        ``secaggplus_mod`` runs SecAgg+'s stages and calls this with the node's request; the
+        reply's summed fields go back masked, the rest in the clear."""
+        started = time.perf_counter()
+        content, summed = unwrap_request(message.content)
+        logic, replies = answer(message, content, context)
+        if len(replies) != 1:
+            raise RuntimeError(f"a secure exchange ran {len(replies)} exchanges, expected 1")
+        summable = logic.summable(replies[0], summed)
+        reply = secure_reply(summable, summed, time.perf_counter() - started)
+        return Message(reply, reply_to=message)
 
     @app.query("regret")
     def regret(message: Message, context: Context) -> Message:
@@ -363,6 +396,7 @@ def build_server_app(
             instance, job.algorithm, config.horizon, config.hyperparameters(job.algorithm)
         )
         ranges = discover_nodes(grid, job, instance.num_clients, group, stop)
+        secure = _secure_settings(job, server, len(ranges))
         runtime = FlowerGridRuntime(
             grid,
             ranges,
@@ -372,12 +406,40 @@ def build_server_app(
             job.spec.options.run_ahead_budget,
             group,
             stop,
+            secure,
         )
         runtime.on_round = on_round
-        job.results.append(run_federation(server, runtime, job.on_client_failure))
+        outcome = run_federation(server, runtime, job.on_client_failure)
+        if secure is not None:
+            outcome.report["secure_aggregation"] = {
+                "threshold": secure.threshold_for(len(ranges)),
+                "nodes": len(ranges),
+                **runtime.secure_report,
+            }
+        job.results.append(outcome)
         job.timings[:] = runtime.timings
 
     return app
+
+
+def _secure_settings(job: FlowerJob, server: ServerLogic, num_nodes: int) -> SecureSettings | None:
+    """The run's secure aggregation, or None without it; a DeploymentError when fewer than
+    ``MIN_NODES`` nodes serve the clients (the runner refuses algorithms with nothing to sum)."""
+    options = job.spec.options
+    if not options.secure_aggregation:
+        return None
+    if num_nodes < MIN_NODES:
+        raise DeploymentError(
+            f"secure aggregation needs {MIN_NODES} or more nodes, but {num_nodes} serve the "
+            f"clients: start more SuperNodes, each with its own --clients range"
+        )
+    settings = SecureSettings(server.secure_fields, options.secure_threshold)
+    if settings.threshold is not None and settings.threshold >= num_nodes:
+        raise DeploymentError(
+            f"secure_threshold {settings.threshold} must be below the number of nodes "
+            f"({num_nodes}): SecAgg+ needs more shares than the threshold"
+        )
+    return settings
 
 
 class RoundReporter:

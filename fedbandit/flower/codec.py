@@ -167,9 +167,11 @@ def _header_and_buffer(record: RecordDict) -> tuple[dict[str, Any], np.ndarray]:
     return header, record.array_records[DATA_KEY]["packed"].numpy()
 
 
-def encode(message: Message) -> RecordDict:
+def encode(message: Message, inline_bytes: int = INLINE_BYTES) -> RecordDict:
+    """``message`` as one record (its packed buffer in an ``ArrayRecord`` above
+    ``inline_bytes``)."""
     arrays, header = _flatten(message)
-    return _records(arrays, header)
+    return _records(arrays, header, inline_bytes)
 
 
 def encode_steps(messages: list[Message]) -> RecordDict:

@@ -29,6 +29,12 @@ from fedbandit.flower.codec import (
     set_ahead,
 )
 from fedbandit.flower.internals import pull_backoff
+from fedbandit.flower.secure_aggregation import (
+    MIN_NODES,
+    SecureSettings,
+    request_content,
+    secure_exchange,
+)
 from fedbandit.group_environment import RegretRecord
 
 if TYPE_CHECKING:
@@ -76,8 +82,13 @@ class FlowerGridRuntime(Runtime):
         steps_per_round: int = 1,
         group_id: str = "",
         stop: threading.Event | None = None,
+        secure: SecureSettings | None = None,
     ) -> None:
         self.grid, self.ranges = grid, dict(ranges)
+        #: Secure aggregation: the exchanges whose summed fields travel through SecAgg+.
+        self.secure = secure
+        #: What secure aggregation did: exchanges, values clipped, nodes lost in it.
+        self.secure_report: dict[str, int] = {"exchanges": 0, "clipped_values": 0, "lost_nodes": 0}
         #: Names the job of every message sent (a simulation runs several jobs on its nodes).
         self.group_id = group_id
         #: Set when the run is stopped from outside (Ctrl-C of a simulation): waits end at once.
@@ -266,6 +277,8 @@ class FlowerGridRuntime(Runtime):
         the empty rounds they assumed."""
         if self.steps_per_round > 1 and (stored := self.buffer.take(message)) is not None:
             return stored
+        if self.secure is not None and (summed := self.secure.fields(message)):
+            return self._secure_exchange(message, summed)
         if self.on_round is not None:
             self.on_round(message.round)
         budget = self.steps_per_round
@@ -325,6 +338,130 @@ class FlowerGridRuntime(Runtime):
             parts = [decoded[node] for node in good]
             raise self._failure(failures, BanditMessage.concatenate(parts) if parts else None)
         return self.buffer.store(message, [steps[node] for node in good])
+
+    def _secure_exchange(self, message: BanditMessage, summed: frozenset[str]) -> BanditMessage:
+        """Deliver ``message`` through SecAgg+ (``fedbandit.flower.secure_aggregation``): the
+        reply's ``summed`` fields come back as their sum over the nodes that answered
+        (``BanditMessage.summed``), the rest per client. A node lost on the way is lost as in a
+        plain round (``ClientFailure`` with the survivors' sum); too few left to unmask fails the
+        round for good (``fatal``). Delivered alone, never run ahead: a node that ran ahead in
+        the last delivery is told how far to go back."""
+        if self.on_round is not None:
+            self.on_round(message.round)
+        sent: dict[int, BanditMessage] = {}
+        failures: dict[int, str] = {}
+        requests = {}
+        for node, ids in self.ranges.items():
+            positions = np.flatnonzero(np.isin(message.client_ids, ids))
+            if len(positions) == 0:
+                continue
+            sent[node] = message.select(positions)
+            if node in self.lost:
+                failures[node] = f"lost earlier: {self.lost[node]}"
+                continue
+            content = encode(sent[node], inline_bytes=2**62)
+            if self.steps_per_round > 1:
+                self._set_ahead(content, node, 1)
+            requests[node] = request_content(content, summed)
+        served = np.concatenate([p.client_ids for p in sent.values()] + [np.empty(0, np.int64)])
+        if len(served) != message.num_clients:
+            unserved = np.setdiff1d(message.client_ids, served)
+            raise ValueError(
+                f"round {message.round} addresses clients no node serves (or dropped ones): "
+                f"{describe_clients(unserved)}"
+            )
+        assert self.secure is not None
+        threshold = self.secure.threshold_for(len(requests))
+        started = time.perf_counter()
+        if len(requests) < MIN_NODES:
+            outcome = None
+            failures.update(
+                {
+                    node: f"secure aggregation needs {MIN_NODES} or more nodes; "
+                    f"{len(requests)} are left"
+                    for node in requests
+                }
+            )
+        else:
+            outcome = secure_exchange(
+                self.grid,
+                requests,
+                int(self.group_id or 0),
+                self.timeout,
+                self.poll_seconds,
+                threshold,
+                self.stop,
+            )
+            check_stop(self.stop)
+        self.timings.append(
+            {
+                "round": message.round,
+                "kind": message.kind,
+                "server_s": started - self._last_end,
+                "exchange_s": time.perf_counter() - started,
+                "client_s": outcome.client_seconds if outcome is not None else float("nan"),
+            }
+        )
+        self._last_end = time.perf_counter()
+        self.secure_report["exchanges"] += 1
+        self.buffer.delivered_alone()
+        self._delivered_to = set()
+        if outcome is None or outcome.halted:
+            gone = outcome.lost if outcome is not None else {}
+            self.secure_report["lost_nodes"] += len(gone)
+            why = (
+                f"fewer than {threshold} of {len(requests)} nodes left to unmask the sum"
+                if outcome is not None
+                else f"it needs {MIN_NODES} or more nodes; {len(requests)} are left"
+            )
+            for node in requests:
+                failures[node] = f"secure aggregation halted ({why})" + (
+                    f": {gone[node]}" if node in gone else ""
+                )
+            raise self._halted(failures, gone)
+        self.secure_report["clipped_values"] += outcome.clipped
+        self.secure_report["lost_nodes"] += len(outcome.lost)
+        failures.update(outcome.lost)
+        for node, part in outcome.clear.items():
+            try:
+                if not np.array_equal(part.client_ids, sent[node].client_ids) or (
+                    part.round != message.round
+                ):
+                    raise MalformedReplyError(
+                        f"reply for clients {describe_clients(part.client_ids)} round "
+                        f"{part.round}, expected {describe_clients(sent[node].client_ids)} round "
+                        f"{message.round}"
+                    )
+                self._check_reply(sent[node], part)
+            except MalformedReplyError as err:
+                failures[node] = f"malformed reply: {err}"
+        good = [node for node in sorted(outcome.clear) if node not in failures]
+        self._delivered_to = set(good)
+        joined = BanditMessage.concatenate([outcome.clear[node] for node in good])
+        reply = BanditMessage(
+            joined.kind,
+            joined.round,
+            joined.client_ids,
+            {**joined.fields, **outcome.sums},
+            sparse={**joined.sparse, **outcome.sparse},
+            known=joined.known,
+            meta=joined.meta,
+            summed=frozenset(outcome.sums),
+        )
+        if failures:
+            if rejected := {n: why for n, why in failures.items() if n in outcome.clear}:
+                # a rejected reply is inside the sum: nothing of this round can be used
+                raise self._halted(failures, {**outcome.lost, **rejected})
+            raise self._failure(failures, reply)
+        return reply
+
+    def _halted(self, failures: dict[int, str], gone: dict[int, str]) -> ClientFailure:
+        """A secure round that cannot be used: ``fatal``, naming every node's clients; only the
+        nodes in ``gone`` are lost (the others still report their regret)."""
+        self.lost.update({node: why for node, why in gone.items()})
+        lost = np.concatenate([self.ranges[node] for node in failures])
+        reasons = {self._where(node): why for node, why in sorted(failures.items())}
+        return ClientFailure(lost, reasons, None, fatal=True)
 
     def _reconnect(
         self,

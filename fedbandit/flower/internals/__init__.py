@@ -8,7 +8,9 @@ public API (``flwr.app``, ``flwr.clientapp``, ``flwr.serverapp``, ``flwr.simulat
 - ``pull_backoff``: short waits for a message's objects in the SuperNode and the ServerApp;
 - ``simulation_poll``: a short poll for new messages in the simulation runtime (flower-sim);
 - ``simulation_stop``: a simulation interrupted mid-round waits for its ClientApp tasks before
-  Ray stops, so the command exits.
+  Ray stops, so the command exits;
+- ``legacy_records``: the legacy ``FitRes``/``Parameters`` record layout that Flower's SecAgg+
+  workflow and mod read (secure aggregation).
 
 Each is written against one Flower series and refuses any other through ``require_flower``.
 """

@@ -1,0 +1,341 @@
+"""Secure aggregation: the fixed-point limbs (exact sums, hand values), the summed-field message,
+the refusals, and SecAgg+ end to end with fedbandit's real ClientApp on in-memory nodes (a fake
+Grid: Flower's workflow and mod, no Ray): the server sees only sums, results equal the plaintext
+run, a lost node within the threshold still gives the survivors' sum, below it the seed stops."""
+
+import copy
+import functools
+import json
+import uuid
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from flwr.app import Context, Error, Message, RecordDict
+
+from fedbandit import secure_sum
+from fedbandit.cli import main
+from fedbandit.config import load_experiment
+from fedbandit.federation.messages import Message as BanditMessage
+from fedbandit.federation.runtime import run_federation
+from fedbandit.flower.apps import FlowerJob, build_client_app
+from fedbandit.flower.codec import HEADER_KEY
+from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
+from fedbandit.flower.secure_aggregation import SecureSettings, default_threshold
+from fedbandit.registry import build_instance
+from fedbandit.runspec import RunSpec, RuntimeOptions
+from fedbandit.simulation import build_server, simulate
+
+# --- fixed-point limbs -------------------------------------------------------------------------
+
+
+def test_limbs_of_hand_values():
+    # 1.5 = 3 * 2^51: V = 3 * 2^51 = 0b11 << 51; base 2^21 digits of V: [0, 0, 3 << 9, 0, 0]
+    limbs, clipped = secure_sum.encode(np.array([1.5]))
+    assert clipped == 0 and secure_sum.LIMBS == 5
+    centred = [-(2**20), -(2**20), (3 << 9) - 2**20, -(2**20), 0]
+    np.testing.assert_array_equal(limbs[0], centred)
+    # -1.0 = -2^52: floor digits [0, 0, 2^21 - 2^10, 2^21 - 1, -1] (top limb signed)
+    limbs, _ = secure_sum.encode(np.array([-1.0]))
+    np.testing.assert_array_equal(
+        limbs[0], [-(2**20), -(2**20), 2**21 - 2**10 - 2**20, 2**21 - 1 - 2**20, -1]
+    )
+    assert secure_sum.decode(limbs, 1, (1,))[0] == -1.0
+
+
+def test_limbs_stay_in_secaggs_range_and_sum_exactly():
+    rng = np.random.default_rng(5)
+    values = [
+        rng.normal(size=(4, 3)) * 10.0 ** rng.integers(-14, 14, size=(4, 3)) for _ in range(9)
+    ]
+    encoded = [secure_sum.encode(v)[0] for v in values]
+    for limbs in encoded:
+        assert limbs.min() >= -secure_sum.LIMB_RANGE and limbs.max() < secure_sum.LIMB_RANGE
+    total = secure_sum.decode(np.sum(encoded, axis=0), len(values), (4, 3))
+    for index in np.ndindex(4, 3):
+        exact = sum(Fraction(float(v[index])) for v in values)
+        bound = len(values) * 2.0 ** -(secure_sum.FRACTION_BITS + 1) + abs(float(exact)) * 2**-53
+        assert abs(Fraction(float(total[index])) - exact) <= Fraction(bound)
+    # integers (counts) come back exactly
+    counts = np.array([0, 1, 7, 123456789, -5])
+    np.testing.assert_array_equal(
+        secure_sum.decode(secure_sum.encode(counts)[0] * 3, 3, (5,)), counts * 3
+    )
+
+
+def test_values_beyond_the_range_are_clipped_and_counted():
+    limbs, clipped = secure_sum.encode(np.array([1e16, -1e16, 4e15, 0.0]))
+    assert clipped == 2
+    back = secure_sum.decode(limbs, 1, (4,))
+    assert back[0] == pytest.approx(2.0**52) and back[1] == pytest.approx(-(2.0**52))
+    assert back[2] == 4e15 and back[3] == 0.0
+    with pytest.raises(ValueError, match="NaN"):
+        secure_sum.encode(np.array([np.nan]))
+
+
+# --- the summed-field message ------------------------------------------------------------------
+
+
+def test_a_summed_field_holds_one_sum_and_counts_as_every_clients_value():
+    ids = np.array([2, 5, 9])
+    plain = BanditMessage(
+        "upload",
+        0,
+        ids,
+        {"gram": np.ones((3, 2, 2)), "send": np.array([[True], [False], [True]])},
+        sparse={"gram": "send"},
+    )
+    summed = BanditMessage(
+        "upload",
+        0,
+        ids,
+        {"gram": np.full((1, 2, 2), 2.0), "send": plain.fields["send"]},
+        sparse={"gram": "send"},
+        summed=frozenset({"gram"}),
+    )
+    np.testing.assert_array_equal(summed.scalars_per_client(), plain.scalars_per_client())
+    np.testing.assert_array_equal(summed.fields["gram"].sum(axis=0), np.full((2, 2), 2.0))
+    with pytest.raises(ValueError, match="leading axis"):
+        BanditMessage("upload", 0, ids, {"gram": np.ones((3, 2))}, summed=frozenset({"gram"}))
+    with pytest.raises(ValueError, match="cannot select"):
+        summed.select(slice(0, 1))
+    with pytest.raises(ValueError, match="cannot join"):
+        BanditMessage.concatenate([summed, summed])
+
+
+# --- refusals ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--algorithms", "dislinucb"], "needs runtime 'flower-sim' or 'flower'"),
+        (["--runtime", "flower-sim", "--nodes", "2"], "3 or more nodes"),
+        (["--runtime", "flower-sim", "--algorithms", "async_linucb"], "async_linucb declares no"),
+        (["--runtime", "flower-sim", "--algorithms", "fedlinucb"], "fedlinucb declares no"),
+    ],
+)
+def test_what_secure_aggregation_cannot_serve_is_refused_in_one_line(
+    argv, message, tmp_path, capsys
+):
+    code = main(
+        ["run", "contextual_tiny", "--secure-aggregation", "--out", str(tmp_path / "r"), *argv]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err and not (tmp_path / "r" / "runs").exists()
+
+
+def test_a_threshold_needs_secure_aggregation():
+    with pytest.raises(ValueError, match="needs --secure-aggregation"):
+        RuntimeOptions(runtime="flower-sim", secure_threshold=3)
+
+
+def test_the_default_threshold_is_a_majority_of_at_least_two():
+    assert [default_threshold(n) for n in (3, 4, 5, 10)] == [2, 3, 3, 6]
+    settings = SecureSettings(lambda message: frozenset(), threshold=9)
+    assert settings.threshold_for(4) == 3
+
+
+# --- SecAgg+ end to end on in-memory nodes ------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def flower_identity():
+    """Flower messages need the task identity a real runtime sets (run, node and task ids)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    names = ("_run_id", "_node_id", "_task_id")
+    saved = {name: TaskIdentity.__dict__.get(name) for name in names}
+    TaskIdentity.run_id = 1
+    TaskIdentity.node_id = 1
+    TaskIdentity.task_id = 1
+    yield
+    for name, value in saved.items():
+        setattr(TaskIdentity, name, value)
+
+
+def _stage(message: Message) -> str | None:
+    configs = message.content.config_records.get("secaggplus_configs")
+    return None if configs is None else str(configs.get("stage"))
+
+
+def _round(message: Message) -> int | None:
+    """The bandit round a message carries (plain or a SecAgg+ stage-2 request)."""
+    content = message.content
+    if "fitins.config" in content.config_records:
+        return int(json.loads(str(content.config_records["fitins.config"]["json"]))["round"])
+    if HEADER_KEY in content.config_records and "json" in content.config_records[HEADER_KEY]:
+        return int(json.loads(str(content.config_records[HEADER_KEY]["json"]))["round"])
+    return None
+
+
+class NodesGrid:
+    """Nodes running fedbandit's real ClientApp (SecAgg+ mod included) in this process, each with
+    its own persistent ``Context``; ``silent_from[node] = r`` makes a node stop answering at
+    bandit round r (in SecAgg+'s masked-vector stage, or a plain step). Records every reply."""
+
+    def __init__(self, job: FlowerJob, num_nodes: int, silent_from: dict[int, int] | None = None):
+        self.app = build_client_app([job])
+        self.contexts = {
+            100 + p: Context(
+                run_id=1,
+                node_id=100 + p,
+                node_config={"partition-id": p, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config={},
+            )
+            for p in range(num_nodes)
+        }
+        self.silent_from = silent_from or {}
+        self.silenced: set[int] = set()
+        self.inbox: dict[str, Message] = {}
+        self.replies: list[tuple[int, Message, Message]] = []
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def push_messages(self, messages):
+        ids = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+            self.inbox[message.metadata.message_id] = message
+            ids.append(message.metadata.message_id)
+        return ids
+
+    def pull_messages(self, message_ids):
+        out = []
+        for mid in message_ids:
+            message = self.inbox.pop(mid, None)
+            if message is None:
+                continue
+            node = message.metadata.dst_node_id
+            round_ = _round(message)
+            if node in self.silent_from and round_ is not None and round_ >= self.silent_from[node]:
+                self.silenced.add(node)
+            if node in self.silenced:
+                continue
+            try:  # a copy, as a real transport delivers: the mod edits its message's records
+                reply = self.app(copy.deepcopy(message), self.contexts[node])
+            except Exception as err:
+                reply = Message(Error(code=0, reason=str(err)), reply_to=message)
+            reply.metadata.__dict__["_src_node_id"] = node  # as the SuperLink sets it
+            self.replies.append((node, message, reply))
+            out.append(reply)
+        return out
+
+
+def secure_run(experiment, algorithm, num_nodes=4, secure=True, policy="abort", **grid_options):
+    config = load_experiment(experiment)
+    options = RuntimeOptions(
+        runtime="flower-sim",
+        nodes=num_nodes,
+        secure_aggregation=secure,
+        on_client_failure=policy,
+        round_timeout=0.3,
+    )
+    job = FlowerJob(
+        RunSpec(experiment=config, algorithm=algorithm, seed=0, options=options),
+        num_nodes=num_nodes,
+        poll_seconds=0.001,
+    )
+    grid = NodesGrid(job, num_nodes, **grid_options)
+    instance = build_instance(config.instance)
+    server = build_server(instance, algorithm, config.horizon, config.hyperparameters(algorithm))
+    seen: list[BanditMessage] = []
+    aggregate = server.aggregate
+
+    def recording(reply):
+        seen.append(reply)
+        aggregate(reply)
+
+    server.aggregate = recording
+    ranges = discover_nodes(grid, job, instance.num_clients)
+    settings = SecureSettings(server.secure_fields) if secure else None
+    runtime = FlowerGridRuntime(grid, ranges, 0.3, 0.001, secure=settings)
+    outcome = run_federation(server, runtime, policy)
+    return outcome, seen, grid, runtime
+
+
+@pytest.mark.parametrize(
+    ("experiment", "algorithm", "summed"),
+    [
+        ("contextual_tiny", "dislinucb", {"gram_delta", "target_delta"}),
+        ("fedpe_tiny", "fedpe", {"weighted_estimate"}),
+    ],
+)
+def test_secagg_gives_the_plaintext_results_and_the_server_sees_only_sums(
+    experiment, algorithm, summed
+):
+    config = load_experiment(experiment)
+    local = simulate(
+        build_instance(config.instance),
+        algorithm,
+        config.horizon,
+        RunSpec(experiment=config, algorithm=algorithm, seed=0).entropy,
+        config.hyperparameters(algorithm),
+    )
+    outcome, seen, grid, runtime = secure_run(experiment, algorithm)
+    np.testing.assert_array_equal(outcome.regret.increment_diff, local.regret.increment_diff)
+    assert outcome.status == "complete" and runtime.secure_report["exchanges"] > 0
+    assert runtime.secure_report["clipped_values"] == 0
+    if algorithm == "dislinucb":  # the same uploads are counted as in plaintext
+        assert outcome.ledger.totals() == local.totals
+    secure_replies = [r for r in seen if r.summed]
+    assert len(secure_replies) == runtime.secure_report["exchanges"]
+    for reply in secure_replies:
+        assert reply.summed == summed
+        for name in summed:  # one sum, never a value per client
+            assert reply.fields[name].shape[0] == 1
+    # What reached the server in SecAgg+'s masked-vector stage: no array left unmasked, and the
+    # clear part (the metrics) names no summed field.
+    stage2 = [r for _, m, r in grid.replies if _stage(m) == "collect_masked_vectors"]
+    assert stage2
+    for reply in stage2:
+        for record in reply.content.array_records.values():
+            assert len(record) == 0
+        clear = json.loads(str(reply.content.config_records["fitres.metrics"]["json"]))
+        names = {entry[0].split("/", 1)[1] for entry in clear["layout"]}
+        assert not names & summed
+
+
+@functools.cache
+def secure_rounds() -> list[int]:
+    """The rounds whose replies travel as sums in an undisturbed secure DisLinUCB run."""
+    _, seen, _, _ = secure_run("contextual_tiny", "dislinucb")
+    return [reply.round for reply in seen if reply.summed]
+
+
+def test_a_node_lost_in_the_masked_stage_leaves_the_survivors_sum():
+    """Node 103 takes part in SecAgg+'s setup of the second secure sync, then goes silent in its
+    masked-vector stage: the others' sum still unmasks (threshold 3 of 4, its masks rebuilt from
+    shares), and the run goes on exactly as a plaintext run losing that node in that round."""
+    at = secure_rounds()[1]
+    secure, seen, _, runtime = secure_run(
+        "contextual_tiny", "dislinucb", policy="drop", silent_from={103: at}
+    )
+    plain, _, _, _ = secure_run(
+        "contextual_tiny", "dislinucb", secure=False, policy="drop", silent_from={103: at}
+    )
+    assert secure.status == plain.status == "complete"
+    assert secure.dropped == plain.dropped == {4: at}
+    np.testing.assert_array_equal(secure.regret.increment_diff, plain.regret.increment_diff)
+    assert runtime.secure_report["lost_nodes"] == 1
+    survivors = next(r for r in seen if r.round == at)
+    assert survivors.summed and survivors.client_ids.tolist() == [0, 1, 2, 3]
+
+
+def test_below_the_threshold_the_seed_stops_with_one_clear_reason():
+    at = secure_rounds()[1]
+    outcome, seen, _, runtime = secure_run(
+        "contextual_tiny", "dislinucb", policy="drop", silent_from={102: at, 103: at}
+    )
+    assert outcome.status == "aborted" and outcome.dropped == {}
+    assert f"round {at}: lost clients" in outcome.failure
+    assert "secure aggregation halted (fewer than 3 of 4 nodes left to unmask the sum)" in (
+        outcome.failure
+    )
+    assert [r.round for r in seen if r.summed] == secure_rounds()[:1]
+    # the two live nodes still report their regret: nothing they did is lost
+    assert set(runtime.lost) == {102, 103}
+    assert outcome.regret.client_ids.tolist() == [0, 1, 2]
