@@ -208,6 +208,17 @@ def _fake_result() -> dict:
                 "identical": True,
             }
         },
+        "secure": {
+            "M": 20,
+            "T": 16,
+            "secure_exchanges": 2,
+            "wall_s": {"plain": 10.0, "secure": 14.0},
+            "wall_ratio": 1.4,
+            "median_exchange_s": {"plain": 0.1, "secure": 0.5},
+            "exchange_ratio": 5.0,
+            "uplink_bytes_per_round": {"plain": 800.0, "secure": 960.0},
+            "identical": True,
+        },
     }
 
 
@@ -218,7 +229,8 @@ def test_format_table_prints_every_part():
     for text in ("40.0 s", "<= 180 s", "0.010 / 0.500 / 0.020 s", "true", "1.30", "<= 1.5",
                  "240 241 242 243", "<= 2048", "30.0 s (0.75 x part 1)",
                  "0.260 s (0.50 x part 1)", "5 fed_contextual T=60", "5 (7 with messages)",
-                 "20.0 s; 1.500 s"):  # fmt: skip
+                 "20.0 s; 1.500 s", "6 fedpe M=20 T=16, --secure-aggregation",
+                 "10.0 / 14.0 s (1.40 x)", "0.100 / 0.500 s (5.00 x)", "800 / 960 B"):  # fmt: skip
         assert text in table, text
 
 
@@ -227,6 +239,7 @@ def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     result = BENCHMARKS["deploy"](quick=True)
     assert set(result) == {
         "quick", "nodes", "startup_s", "fedpe", "echo", "memory", "in_memory", "contextual",
+        "secure",
     }  # fmt: skip
     fedpe, echo, memory = result["fedpe"], result["echo"], result["memory"]
     assert result["quick"] is True and result["nodes"] == 4
@@ -247,4 +260,7 @@ def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     contextual = result["contextual"]["dislinucb"]
     assert contextual["identical"] is True
     assert 0 < contextual["flower_rounds"] < contextual["T"]
+    secure = result["secure"]
+    assert secure["identical"] is True and secure["secure_exchanges"] > 0
+    assert secure["wall_s"]["secure"] > 0 and math.isfinite(secure["exchange_ratio"])
     assert "deploy:" in format_table("deploy", result)

@@ -441,3 +441,33 @@ def test_private_algorithms_on_a_deployment_as_locally(deployment, tmp_path):
     local = read_json(tmp_path / "local" / "runs" / "private_fedpe" / "seed_0.json")
     flower = read_json(tmp_path / "flower" / "runs" / "private_fedpe" / "seed_0.json")
     assert flower["report"] == local["report"] and local["report"]["privacy"]["epsilon"] > 0
+
+
+def test_secure_aggregation_on_three_supernodes_as_locally(deployment, tmp_path):
+    """--secure-aggregation on three loopback SuperNodes (Flower's SecAgg+ between processes):
+    Fed-PE's and DisLinUCB's regret equal the local run's, and each seed reports its secure
+    exchanges with nothing clipped."""
+    superlink = start_loopback(deployment, ["0-1", "2-3", "4-5"])
+    runs = {
+        "fedpe": ["fedpe_tiny", *TINY, "--algorithms", "fedpe"],
+        "dislinucb": [
+            "contextual_tiny", "--seeds", "1", "--quiet", "--algorithms", "dislinucb",
+            "--set", "instance.num_clients=6", "--set", "horizon=200",
+        ],
+    }  # fmt: skip
+    for algorithm, experiment in runs.items():
+        local, secure = tmp_path / f"{algorithm}-local", tmp_path / f"{algorithm}-secure"
+        assert run_cli("run", *experiment, "--out", str(local)) == 0
+        code = run_cli(
+            "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
+            "--secure-aggregation", "--out", str(secure),
+        )  # fmt: skip
+        assert code == 0, deployment.logs()
+        for suffix in ("regret", "clients"):
+            pd.testing.assert_frame_equal(
+                files_of(local, algorithm, suffix), files_of(secure, algorithm, suffix)
+            )
+        report = read_json(secure / "runs" / algorithm / "seed_0.json")["report"]
+        sums = report["secure_aggregation"]
+        assert sums["nodes"] == 3 and sums["threshold"] == 2 and sums["exchanges"] > 0
+        assert sums["clipped_values"] == 0 and sums["lost_nodes"] == 0

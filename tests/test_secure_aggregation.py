@@ -225,8 +225,10 @@ class NodesGrid:
         return out
 
 
-def secure_run(experiment, algorithm, num_nodes=4, secure=True, policy="abort", **grid_options):
-    config = load_experiment(experiment)
+def secure_run(
+    experiment, algorithm, num_nodes=4, secure=True, policy="abort", overrides=(), **grid_options
+):
+    config = load_experiment(experiment, list(overrides))
     options = RuntimeOptions(
         runtime="flower-sim",
         nodes=num_nodes,
@@ -262,12 +264,17 @@ def secure_run(experiment, algorithm, num_nodes=4, secure=True, policy="abort", 
     [
         ("contextual_tiny", "dislinucb", {"gram_delta", "target_delta"}),
         ("fedpe_tiny", "fedpe", {"weighted_estimate"}),
+        ("fedpe_shared_tiny", "fedpe_shared", {"weighted_estimate"}),
+        ("fed_private_pe", "private_fedpe", {"weighted_estimate"}),
+        ("fed_heterogeneous_tiny", "hlinucb", {"gram_delta", "target_delta"}),
     ],
 )
 def test_secagg_gives_the_plaintext_results_and_the_server_sees_only_sums(
     experiment, algorithm, summed
 ):
-    config = load_experiment(experiment)
+    # H-LinUCB syncs before tau only when the clients differ little
+    overrides = ["instance.heterogeneity=0.05"] if algorithm == "hlinucb" else []
+    config = load_experiment(experiment, overrides)
     local = simulate(
         build_instance(config.instance),
         algorithm,
@@ -275,11 +282,11 @@ def test_secagg_gives_the_plaintext_results_and_the_server_sees_only_sums(
         RunSpec(experiment=config, algorithm=algorithm, seed=0).entropy,
         config.hyperparameters(algorithm),
     )
-    outcome, seen, grid, runtime = secure_run(experiment, algorithm)
+    outcome, seen, grid, runtime = secure_run(experiment, algorithm, overrides=overrides)
     np.testing.assert_array_equal(outcome.regret.increment_diff, local.regret.increment_diff)
     assert outcome.status == "complete" and runtime.secure_report["exchanges"] > 0
     assert runtime.secure_report["clipped_values"] == 0
-    if algorithm == "dislinucb":  # the same uploads are counted as in plaintext
+    if "gram_delta" in summed:  # the same uploads are counted as in plaintext
         assert outcome.ledger.totals() == local.totals
     secure_replies = [r for r in seen if r.summed]
     assert len(secure_replies) == runtime.secure_report["exchanges"]

@@ -18,6 +18,9 @@ in 9800-9899) and always stops them, also when interrupted. Then:
 4. **in-memory**: every process stopped, a SuperLink started with ``--in-memory`` (Flower's
    ``:flwr-in-memory:`` state instead of a SQLite file) and four fresh SuperNodes, then step 1's
    run again: its wall time and median exchange as ratios to step 1's.
+5. **contextual**: the per-step protocols with run-ahead on four fresh SuperNodes (20 clients).
+6. **secure**: on those nodes, Fed-PE without and with ``--secure-aggregation`` (SecAgg+), side
+   by side: wall time, the summed rounds' median exchange and counted uplink bytes.
 """
 
 from __future__ import annotations
@@ -622,6 +625,52 @@ def measure_contextual(
     return results
 
 
+def measure_secure(cluster: Cluster, sizes: Sizes, root: Path) -> dict[str, Any]:
+    """Step 6: on step 5's four SuperNodes (20 clients), Fed-PE at step 1's horizon without and
+    with ``--secure-aggregation``, one after the other: wall times, the median exchange of the
+    rounds that secure aggregation sums (Fed-PE's explore rounds from phase 1 on) in both runs,
+    their uplink bytes as counted, and whether the regret curves are identical."""
+    experiment = experiment_args(CONTEXTUAL_CLIENTS, sizes.horizon)
+    connect = ["--runtime", "flower", "--superlink", cluster.superlink, "--insecure"]
+    runs: dict[str, dict[str, Any]] = {}
+    for tag, extra in (("plain", []), ("secure", ["--secure-aggregation"])):
+        out = root / f"secure-{tag}"
+        wall = run_fedbandit(
+            ["run", *experiment, *connect, *extra, "--out", str(out)], root / f"secure-{tag}.log"
+        )
+        latency = pd.read_csv(_seed_file(out, "latency.csv"))
+        comm = pd.read_csv(_seed_file(out, "comm.csv"))
+        explore = latency[latency["kind"] == "explore"].iloc[1:]  # phase 0 stays in the clear
+        rounds = set(explore["round"])
+        uplink = comm[(comm["direction"] == "uplink") & comm["round"].isin(rounds)]
+        runs[tag] = {
+            "wall_s": wall,
+            "median_exchange_s": float(explore["exchange_s"].median()),
+            "uplink_bytes_per_round": float(uplink["bytes"].mean()),
+            "regret": _seed_file(out, "regret.csv").read_bytes(),
+            "report": json.loads(_seed_file(out, "json").read_text()).get("report") or {},
+        }
+    plain, secure = runs["plain"], runs["secure"]
+    summed = secure["report"].get("secure_aggregation", {})
+    return {
+        "M": CONTEXTUAL_CLIENTS,
+        "T": sizes.horizon,
+        "secure_exchanges": int(summed.get("exchanges", 0)),
+        "wall_s": {"plain": plain["wall_s"], "secure": secure["wall_s"]},
+        "wall_ratio": secure["wall_s"] / plain["wall_s"],
+        "median_exchange_s": {
+            "plain": plain["median_exchange_s"],
+            "secure": secure["median_exchange_s"],
+        },
+        "exchange_ratio": secure["median_exchange_s"] / plain["median_exchange_s"],
+        "uplink_bytes_per_round": {
+            "plain": plain["uplink_bytes_per_round"],
+            "secure": secure["uplink_bytes_per_round"],
+        },
+        "identical": plain["regret"] == secure["regret"],
+    }
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """In the main thread, SIGTERM raises ``KeyboardInterrupt`` (so that ``finally`` blocks stop
@@ -670,6 +719,7 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
                 sizes,
                 root,
             )
+            secure = measure_secure(cluster, sizes, root)
             ok = True
         except BaseException:
             print(f"fedbandit bench deploy: failed; logs kept in {root}", file=sys.stderr)
@@ -687,6 +737,7 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
         "memory": memory,
         "in_memory": in_memory,
         "contextual": contextual,
+        "secure": secure,
     }
 
 
@@ -745,6 +796,20 @@ def format_deploy(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
             ("", f"{algorithm}: regret and communication identical to local",
              str(run["identical"]).lower(), "true"),
         ]  # fmt: skip
+    secure = result["secure"]
+    rows += [
+        (f"6 fedpe M={secure['M']} T={secure['T']}, --secure-aggregation",
+         "wall time: plain / secure",
+         f"{secure['wall_s']['plain']:.1f} / {secure['wall_s']['secure']:.1f} s "
+         f"({secure['wall_ratio']:.2f} x)", ""),
+        ("", f"median summed round ({secure['secure_exchanges']} rounds): plain / secure",
+         f"{secure['median_exchange_s']['plain']:.3f} / {secure['median_exchange_s']['secure']:.3f}"
+         f" s ({secure['exchange_ratio']:.2f} x)", ""),
+        ("", "uplink bytes per summed round (counted): plain / secure",
+         f"{secure['uplink_bytes_per_round']['plain']:.0f} / "
+         f"{secure['uplink_bytes_per_round']['secure']:.0f} B", ""),
+        ("", "regret identical with and without", str(secure["identical"]).lower(), "true"),
+    ]  # fmt: skip
     title = (
         f"deploy: SuperLink + {result['nodes']} SuperNodes on loopback (started in "
         f"{result['startup_s']:.1f} s); fedbandit and echo ran on the same nodes in one run; "
