@@ -254,7 +254,9 @@ def secure_run(
     server.aggregate = recording
     ranges = discover_nodes(grid, job, instance.num_clients)
     settings = SecureSettings(server.secure_fields) if secure else None
-    runtime = FlowerGridRuntime(grid, ranges, 0.3, 0.001, secure=settings)
+    runtime = FlowerGridRuntime(
+        grid, ranges, 0.3, 0.001, steps_per_round=options.steps_per_round, secure=settings
+    )
     outcome = run_federation(server, runtime, policy)
     return outcome, seen, grid, runtime
 
@@ -267,6 +269,8 @@ def secure_run(
         ("fedpe_shared_tiny", "fedpe_shared", {"weighted_estimate"}),
         ("fed_private_pe", "private_fedpe", {"weighted_estimate"}),
         ("fed_heterogeneous_tiny", "hlinucb", {"gram_delta", "target_delta"}),
+        ("fed_private", "batched_fedlinucb", {"gram_node", "target_node"}),
+        ("fed_private", "private_fedlinucb", {"gram_node", "target_node"}),
     ],
 )
 def test_secagg_gives_the_plaintext_results_and_the_server_sees_only_sums(
@@ -286,7 +290,7 @@ def test_secagg_gives_the_plaintext_results_and_the_server_sees_only_sums(
     np.testing.assert_array_equal(outcome.regret.increment_diff, local.regret.increment_diff)
     assert outcome.status == "complete" and runtime.secure_report["exchanges"] > 0
     assert runtime.secure_report["clipped_values"] == 0
-    if "gram_delta" in summed:  # the same uploads are counted as in plaintext
+    if "target_delta" in summed or "target_node" in summed:  # counted as in plaintext
         assert outcome.ledger.totals() == local.totals
     secure_replies = [r for r in seen if r.summed]
     assert len(secure_replies) == runtime.secure_report["exchanges"]
@@ -346,3 +350,19 @@ def test_below_the_threshold_the_seed_stops_with_one_clear_reason():
     # the two live nodes still report their regret: nothing they did is lost
     assert set(runtime.lost) == {102, 103}
     assert outcome.regret.client_ids.tolist() == [0, 1, 2]
+
+
+def test_a_summed_reply_never_travels_with_run_ahead_replies(monkeypatch):
+    """Batched FedLinUCB's clients run ahead through the steps inside a batch and stop before
+    the step that closes it (``uploads_next``), so the upload goes through SecAgg+; a protocol
+    that fails to say so is stopped instead of its upload being used in the clear."""
+    outcome, seen, grid, _ = secure_run("fed_private", "batched_fedlinucb")
+    assert outcome.status == "complete"
+    steps = [m for _, m, _ in grid.replies if m.metadata.message_type == "train.step"]
+    assert len(steps) < 2000  # run ahead: 4 nodes x 2,000 rounds would be 8,000 deliveries
+    assert [r.round for r in seen if r.kind == "upload"] == list(range(24, 2000, 25))
+    from fedbandit.algorithms.private_linucb import BatchedLinUCBClient
+
+    monkeypatch.setattr(BatchedLinUCBClient, "uploads_next", lambda self: False)
+    with pytest.raises(RuntimeError, match="came back in the clear"):
+        secure_run("fed_private", "batched_fedlinucb")

@@ -306,6 +306,11 @@ class BatchedLinUCBClient(ClientLogic):
     def steps_left(self) -> int:
         return int(self.env.horizon - self.env.round)
 
+    def uploads_next(self) -> bool:
+        """The next round closes a batch: its reply carries the batch's tree node."""
+        batch, ends = divmod(int(self.env.round) + 1, self.params.batch_size)
+        return ends == 0 and batch <= self.num_batches
+
 
 class BatchedLinUCBServer(ServerLogic):
     """Sums the silos' tree nodes per level; after batch k it sends every client the prefix sum
@@ -315,7 +320,7 @@ class BatchedLinUCBServer(ServerLogic):
 
     def __init__(self, spec: ProblemSpec, params: BatchedParams) -> None:
         self.spec, self.params = spec, params
-        _check_batches(spec, params)
+        self.num_batches = _check_batches(spec, params)
         self.accounting = _accounting(spec, params, report=True)
         G = int(model_groups(spec, params.model).max()) + 1
         d = spec.dim
@@ -351,6 +356,17 @@ class BatchedLinUCBServer(ServerLogic):
             sparse={"gram": "receive", "target": "receive"},
             known=frozenset({"receive"}),
         )
+
+    def secure_sums(self) -> dict[str, frozenset[str]]:
+        """The silos' tree nodes are only summed per level (over silos)."""
+        return {"round": frozenset({"gram_node", "target_node"})}
+
+    def secure_fields(self, message: Message) -> frozenset[str]:
+        """The rounds that close a batch (the clients upload at the end of round k B)."""
+        batch, ends = divmod(message.round + 1, self.params.batch_size)
+        if message.kind == "round" and ends == 0 and batch <= self.num_batches:
+            return super().secure_fields(message)
+        return frozenset()
 
     def aggregate(self, reply: Message) -> None:
         if reply.round != self.rounds_done - 1:

@@ -133,6 +133,14 @@ class ClientLogic(ABC):
         Default: never (every reply goes to the server before the group acts again)."""
         return False
 
+    def uploads_next(self) -> bool:
+        """True when this group's reply to the next message will carry values that a secure run
+        sums (its next upload). Under secure aggregation a group running ahead stops before
+        such a step, so that its reply travels through SecAgg+ and not in the clear with the
+        run-ahead replies. Default False: override it in a protocol whose summed replies can
+        follow quiet ones (batched FedLinUCB's uploads at the end of each batch)."""
+        return False
+
     def steps_left(self) -> int:
         """How many more empty rounds the server may still send (its horizon); consulted only
         after a quiet reply."""

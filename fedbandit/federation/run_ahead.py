@@ -58,13 +58,22 @@ class Ahead:
     ran: int
 
 
-def run_ahead(logic: ClientLogic, message: Message, budget: int) -> tuple[list[Message], Ahead]:
+def run_ahead(
+    logic: ClientLogic, message: Message, budget: int, stop_before_upload: bool = False
+) -> tuple[list[Message], Ahead]:
     """Handle ``message``, then empty rounds while the replies are quiet, up to ``budget``
-    exchanges in all and within the horizon; every reply, and what ``rewind`` needs."""
+    exchanges in all and within the horizon; every reply, and what ``rewind`` needs. With
+    ``stop_before_upload`` (secure aggregation) it stops before a step whose reply would be
+    summed (``ClientLogic.uploads_next``)."""
     replies = [logic.handle(message)]
     base = None
     current = message
-    while len(replies) < budget and logic.quiet(replies[-1]) and logic.steps_left() > 0:
+    while (
+        len(replies) < budget
+        and logic.quiet(replies[-1])
+        and logic.steps_left() > 0
+        and not (stop_before_upload and logic.uploads_next())
+    ):
         if base is None:
             base = {key: np.array(value, copy=True) for key, value in logic.state_dict().items()}
         current = empty_round(current)

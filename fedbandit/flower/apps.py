@@ -258,7 +258,8 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
         """The group and its replies to the encoded request ``content``: one, or with run-ahead
         instructions those of every exchange it ran; its state kept for the next message."""
         request = decode(content)
-        logic, store = _client_logic(_job(known, message, context), context, request.round)
+        job = _job(known, message, context)
+        logic, store = _client_logic(job, context, request.round)
         control = get_ahead(content)
         if control is not None:
             _rewind(logic, context, control[1])
@@ -266,7 +267,8 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
         if control is None:
             replies = [logic.handle(request)]
         else:
-            replies, ahead = run_ahead(logic, request, control[0])
+            secure = job.spec.options.secure_aggregation
+            replies, ahead = run_ahead(logic, request, control[0], stop_before_upload=secure)
             encode_ahead(ahead, context.state)
         encode_state(logic.state_dict(), context.state)
         if store is not None:

@@ -275,9 +275,16 @@ class FlowerGridRuntime(Runtime):
         With ``steps_per_round`` > 1 the nodes may run ahead: the replies of the exchanges all
         of them ran are kept and returned without delivering while the server's messages are
         the empty rounds they assumed."""
+        summed = self.secure.fields(message) if self.secure is not None else frozenset()
         if self.steps_per_round > 1 and (stored := self.buffer.take(message)) is not None:
+            if leaked := sorted(summed & set(stored.fields)):
+                raise RuntimeError(
+                    f"round {message.round}: the replies' fields {leaked}, which secure "
+                    "aggregation sums, came back in the clear with run-ahead replies: the "
+                    "algorithm's ClientLogic.uploads_next must say True before such a step"
+                )
             return stored
-        if self.secure is not None and (summed := self.secure.fields(message)):
+        if summed:
             return self._secure_exchange(message, summed)
         if self.on_round is not None:
             self.on_round(message.round)
