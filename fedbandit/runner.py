@@ -586,10 +586,17 @@ def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: Progress) ->
             bar.update()
             info = read_json(seed_stem(run_dir, spec.algorithm, spec.seed).with_suffix(".json"))
             if info.get("status") == "aborted":
+                failure = str(info.get("failure"))
+                advice = (
+                    ": too few nodes were left to unmask a secure sum: restart the lost nodes (or "
+                    "lower --secure-threshold) and rerun with the same --out"
+                    if "secure aggregation halted" in failure
+                    else " (--on-client-failure abort): restart the lost node, or choose "
+                    "--on-client-failure drop, and rerun with the same --out"
+                )
                 stopped.append(
-                    f"{spec.algorithm} seed {spec.seed} aborted ({info.get('failure')}); the runs "
-                    "after it were not started (--on-client-failure abort): restart the lost "
-                    "node, or choose --on-client-failure drop, and rerun with the same --out"
+                    f"{spec.algorithm} seed {spec.seed} aborted ({failure}); the runs after it "
+                    f"were not started{advice}"
                 )
                 return False
             return True

@@ -217,6 +217,8 @@ def _fake_result() -> dict:
             "median_exchange_s": {"plain": 0.1, "secure": 0.5},
             "exchange_ratio": 5.0,
             "uplink_bytes_per_round": {"plain": 800.0, "secure": 960.0},
+            "traffic_bytes": {"plain": 1_000_000, "secure": 3_500_000},
+            "traffic_ratio": 3.5,
             "identical": True,
         },
     }
@@ -230,7 +232,8 @@ def test_format_table_prints_every_part():
                  "240 241 242 243", "<= 2048", "30.0 s (0.75 x part 1)",
                  "0.260 s (0.50 x part 1)", "5 fed_contextual T=60", "5 (7 with messages)",
                  "20.0 s; 1.500 s", "6 fedpe M=20 T=16, --secure-aggregation",
-                 "10.0 / 14.0 s (1.40 x)", "0.100 / 0.500 s (5.00 x)", "800 / 960 B"):  # fmt: skip
+                 "10.0 / 14.0 s (1.40 x)", "0.100 / 0.500 s (5.00 x)", "800 / 960 B",
+                 "1.00 / 3.50 MB (3.50 x)"):  # fmt: skip
         assert text in table, text
 
 
@@ -263,4 +266,5 @@ def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     secure = result["secure"]
     assert secure["identical"] is True and secure["secure_exchanges"] > 0
     assert secure["wall_s"]["secure"] > 0 and math.isfinite(secure["exchange_ratio"])
+    assert secure["traffic_bytes"]["secure"] > secure["traffic_bytes"]["plain"] > 0
     assert "deploy:" in format_table("deploy", result)

@@ -31,6 +31,7 @@ import math
 
 import numpy as np
 import pytest
+from step_recorder import record_steps
 
 from fedbandit.contextual.instances import ContextualParams, contextual_instance
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
@@ -62,30 +63,7 @@ def _run_ours(algorithm: str, params: dict, group_size: int | None = None):
     server, groups = build_federation(
         instance, algorithm, T, ENTROPY, params, group_size=group_size
     )
-    steps: dict[int, dict] = {}
-    for group in groups:
-        env = group.env
-        observe, pull = env.observe, env.pull
-
-        def observing(env=env, observe=observe):
-            contexts, active = observe()
-            env._seen = (np.array(contexts), active.copy())
-            return contexts, active
-
-        def pulling(arms, env=env, pull=pull):
-            contexts, active = env._seen
-            step = env.round
-            rewards = pull(arms)
-            for row in np.flatnonzero(active):
-                steps[step] = {
-                    "actor": int(env.client_ids[row]),
-                    "contexts": contexts[row],
-                    "arm": int(arms[row]),
-                    "reward": float(rewards[row]),
-                }
-            return rewards
-
-        env.observe, env.pull = observing, pulling
+    steps = record_steps(groups)
     runtime = InProcessRuntime(groups)
     uploads: dict[int, set[int]] = {}
     downloads: dict[int, set[int]] = {}

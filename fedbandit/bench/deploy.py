@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedbandit.flower.deployment import DEPLOYMENT_POLL_SECONDS, Submission
+from fedbandit.flower.deployment import CONNECTION, DEPLOYMENT_POLL_SECONDS, Submission
 
 #: The echo app submitted with ``flwr run`` in step 2.
 ECHO_APP_DIR = Path(__file__).parent.parent / "flower" / "echo_app"
@@ -625,11 +625,27 @@ def measure_contextual(
     return results
 
 
-def measure_secure(cluster: Cluster, sizes: Sizes, root: Path) -> dict[str, Any]:
+def last_run_traffic(submission: Submission) -> int:
+    """Bytes in and out of the SuperLink for its newest Flower run (``flwr ls``: what went over
+    the wire, framing and SecAgg+'s key exchange included)."""
+    reply = json.loads(
+        submission.flwr(submission.environment(), "ls", CONNECTION, "--format", "json")
+    )
+    runs = reply.get("runs", [])
+    if not runs:
+        raise RuntimeError("flwr ls lists no run")
+    newest = max(runs, key=lambda run: int(run["run-id"]))
+    return int(newest["network-traffic"]["total-bytes"])
+
+
+def measure_secure(
+    cluster: Cluster, submission: Submission, sizes: Sizes, root: Path
+) -> dict[str, Any]:
     """Step 6: on step 5's four SuperNodes (20 clients), Fed-PE at step 1's horizon without and
     with ``--secure-aggregation``, one after the other: wall times, the median exchange of the
     rounds that secure aggregation sums (Fed-PE's explore rounds from phase 1 on) in both runs,
-    their uplink bytes as counted, and whether the regret curves are identical."""
+    their uplink bytes as counted, the runs' traffic through the SuperLink, and whether the
+    regret curves are identical."""
     experiment = experiment_args(CONTEXTUAL_CLIENTS, sizes.horizon)
     connect = ["--runtime", "flower", "--superlink", cluster.superlink, "--insecure"]
     runs: dict[str, dict[str, Any]] = {}
@@ -645,6 +661,7 @@ def measure_secure(cluster: Cluster, sizes: Sizes, root: Path) -> dict[str, Any]
         uplink = comm[(comm["direction"] == "uplink") & comm["round"].isin(rounds)]
         runs[tag] = {
             "wall_s": wall,
+            "traffic_bytes": last_run_traffic(submission),
             "median_exchange_s": float(explore["exchange_s"].median()),
             "uplink_bytes_per_round": float(uplink["bytes"].mean()),
             "regret": _seed_file(out, "regret.csv").read_bytes(),
@@ -667,6 +684,8 @@ def measure_secure(cluster: Cluster, sizes: Sizes, root: Path) -> dict[str, Any]
             "plain": plain["uplink_bytes_per_round"],
             "secure": secure["uplink_bytes_per_round"],
         },
+        "traffic_bytes": {"plain": plain["traffic_bytes"], "secure": secure["traffic_bytes"]},
+        "traffic_ratio": secure["traffic_bytes"] / max(plain["traffic_bytes"], 1),
         "identical": plain["regret"] == secure["regret"],
     }
 
@@ -713,13 +732,9 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
             echo = measure_echo(cluster, submission, fedpe, root)
             memory = measure_memory(cluster, submission, sizes, root, nodes)
             in_memory = measure_in_memory(cluster, root / "flwr-cli-in-memory", sizes, root, fedpe)
-            contextual = measure_contextual(
-                cluster,
-                Submission(cluster.superlink, root / "flwr-cli-in-memory", insecure=True),
-                sizes,
-                root,
-            )
-            secure = measure_secure(cluster, sizes, root)
+            later = Submission(cluster.superlink, root / "flwr-cli-in-memory", insecure=True)
+            contextual = measure_contextual(cluster, later, sizes, root)
+            secure = measure_secure(cluster, later, sizes, root)
             ok = True
         except BaseException:
             print(f"fedbandit bench deploy: failed; logs kept in {root}", file=sys.stderr)
@@ -808,6 +823,9 @@ def format_deploy(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
         ("", "uplink bytes per summed round (counted): plain / secure",
          f"{secure['uplink_bytes_per_round']['plain']:.0f} / "
          f"{secure['uplink_bytes_per_round']['secure']:.0f} B", ""),
+        ("", "SuperLink traffic of the run: plain / secure",
+         f"{secure['traffic_bytes']['plain'] / 1e6:.2f} / "
+         f"{secure['traffic_bytes']['secure'] / 1e6:.2f} MB ({secure['traffic_ratio']:.2f} x)", ""),
         ("", "regret identical with and without", str(secure["identical"]).lower(), "true"),
     ]  # fmt: skip
     title = (
