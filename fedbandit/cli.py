@@ -562,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--secure-threshold",
         type=int,
         help="with --secure-aggregation: nodes that must survive a round to unmask its sum "
-        "(default: a majority, at least 2)",
+        "(at least 3; default: a majority, at least 3)",
     )
     run.add_argument(
         "--detach",

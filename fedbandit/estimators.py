@@ -200,9 +200,9 @@ def weighted_direction_sums(
     (M, G, d): summed over clients (secure aggregation) it gives the vector that
     ``aggregate_directions`` multiplies by V_g^+."""
     weighted = np.asarray(counts, dtype=np.float64)[..., None] * estimates
-    out = np.zeros((estimates.shape[0], num_groups, estimates.shape[-1]))
-    np.add.at(out, (slice(None), group), weighted)
-    return out
+    out = np.zeros((num_groups, estimates.shape[0], estimates.shape[-1]))
+    np.add.at(out, group, np.moveaxis(weighted, 1, 0))  # arms onto their groups
+    return np.ascontiguousarray(np.moveaxis(out, 0, 1))
 
 
 def aggregate_direction_sums(

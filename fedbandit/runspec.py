@@ -60,9 +60,9 @@ class RuntimeOptions(BaseModel):
     )
     secure_threshold: int | None = Field(
         None,
-        ge=2,
+        ge=3,
         description="SecAgg+ reconstruction threshold: nodes that must survive a secure round "
-        "(default: a majority, at least 2)",
+        "(default: a majority, at least 3)",
     )
 
     @model_validator(mode="after")
@@ -93,6 +93,12 @@ class RuntimeOptions(BaseModel):
                 raise ValueError(
                     f"secure aggregation needs 3 or more nodes (--nodes), got {self.nodes}: with "
                     "two, each node learns the other's values from the sum"
+                )
+            nodes = self.nodes or 4
+            if self.runtime == "flower-sim" and (self.secure_threshold or 0) > nodes:
+                raise ValueError(
+                    f"secure_threshold {self.secure_threshold} asks for more surviving nodes "
+                    f"than the {nodes} nodes of the simulation (--nodes)"
                 )
         elif self.secure_threshold is not None:
             raise ValueError("secure_threshold (--secure-threshold) needs --secure-aggregation")

@@ -1,8 +1,8 @@
 """Exact sums of floats through an integer secure-aggregation protocol (Flower's SecAgg+).
 
-SecAgg+ adds small integers: each node's vector is clipped to +-q/2 and summed modulo
-a power of two (Flower 1.42 defaults: quantisation range q = 2^22, modulus 2^32, so limbs of at
-most +-2^21 and up to 1023 nodes). A float ``v`` travels as the fixed-point integer
+SecAgg+ adds small integers: each node's vector is clipped to +-q/2 and summed modulo a power of
+two (Flower 1.42 defaults: quantisation range q = 2^22, modulus 2^32: values within +-2^21 and up
+to 1023 nodes; our limbs lie in [-2^20, 2^20)). A float ``v`` travels as the fixed-point integer
 V = round(v 2^FRACTION_BITS), |v| < 2^INTEGER_BITS, written in base 2^LIMB_BITS:
 
     V = sum_{k < L-1} (a_k + 2^(B-1)) 2^(B k) + a_top 2^(B (L-1)),  B = LIMB_BITS, L = LIMBS,

@@ -23,6 +23,7 @@ from fedbandit.bench.deploy import (
     client_ranges,
     echo_run_config,
     median_p90,
+    new_run_traffic,
     payload_sizes,
     process_tree,
     rss_kb,
@@ -135,6 +136,13 @@ def test_echo_app_is_a_flower_app_with_defaults_for_every_run_config_key(tmp_pat
     assert set(config) <= set(app["config"])
     for key, value in config.items():
         assert type(value) is type(app["config"][key]), key
+
+
+def test_the_new_runs_traffic_is_found_by_difference():
+    before = {"9": 10, "3": 20}
+    assert new_run_traffic(before, {**before, "5": 77}) == 77
+    with pytest.raises(RuntimeError, match="one new Flower run"):
+        new_run_traffic(before, before)
 
 
 def test_deploy_is_a_benchmark_and_a_cli_choice():

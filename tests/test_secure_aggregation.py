@@ -131,10 +131,14 @@ def test_a_threshold_needs_secure_aggregation():
         RuntimeOptions(runtime="flower-sim", secure_threshold=3)
 
 
-def test_the_default_threshold_is_a_majority_of_at_least_two():
-    assert [default_threshold(n) for n in (3, 4, 5, 10)] == [2, 3, 3, 6]
-    settings = SecureSettings(lambda message: frozenset(), threshold=9)
-    assert settings.threshold_for(4) == 3
+def test_the_threshold_is_a_majority_of_at_least_three_and_at_most_every_node():
+    assert [default_threshold(n) for n in (3, 4, 5, 10)] == [3, 3, 3, 6]
+    assert SecureSettings(lambda message: frozenset(), threshold=9).threshold_for(4) == 4
+    assert SecureSettings(lambda message: frozenset()).threshold_for(3) == 3
+    with pytest.raises(ValueError, match="greater than or equal to 3"):
+        RuntimeOptions(runtime="flower-sim", secure_aggregation=True, secure_threshold=2)
+    with pytest.raises(ValueError, match="more surviving nodes than the 4 nodes"):
+        RuntimeOptions(runtime="flower-sim", secure_aggregation=True, secure_threshold=5)
 
 
 # --- SecAgg+ end to end on in-memory nodes ------------------------------------------------------
@@ -173,9 +177,17 @@ def _round(message: Message) -> int | None:
 class NodesGrid:
     """Nodes running fedbandit's real ClientApp (SecAgg+ mod included) in this process, each with
     its own persistent ``Context``; ``silent_from[node] = r`` makes a node stop answering at
-    bandit round r (in SecAgg+'s masked-vector stage, or a plain step). Records every reply."""
+    bandit round r (in SecAgg+'s masked-vector stage, or a plain step), ``failing_from`` answer
+    with an error reply instead, and ``tamper[node]`` edits its replies. Records every reply."""
 
-    def __init__(self, job: FlowerJob, num_nodes: int, silent_from: dict[int, int] | None = None):
+    def __init__(
+        self,
+        job: FlowerJob,
+        num_nodes: int,
+        silent_from: dict[int, int] | None = None,
+        failing_from: dict[int, int] | None = None,
+        tamper: dict | None = None,
+    ):
         self.app = build_client_app([job])
         self.contexts = {
             100 + p: Context(
@@ -188,6 +200,8 @@ class NodesGrid:
             for p in range(num_nodes)
         }
         self.silent_from = silent_from or {}
+        self.failing_from = failing_from or {}
+        self.tamper = tamper or {}
         self.silenced: set[int] = set()
         self.inbox: dict[str, Message] = {}
         self.replies: list[tuple[int, Message, Message]] = []
@@ -215,10 +229,15 @@ class NodesGrid:
                 self.silenced.add(node)
             if node in self.silenced:
                 continue
+            failing = node in self.failing_from and (round_ or -1) >= self.failing_from[node]
             try:  # a copy, as a real transport delivers: the mod edits its message's records
+                if failing:
+                    raise RuntimeError("the ClientApp failed")
                 reply = self.app(copy.deepcopy(message), self.contexts[node])
-            except Exception as err:
+            except Exception as err:  # a ClientApp error is an error reply
                 reply = Message(Error(code=0, reason=str(err)), reply_to=message)
+            if node in self.tamper and not reply.has_error():
+                self.tamper[node](message, reply)
             reply.metadata.__dict__["_src_node_id"] = node  # as the SuperLink sets it
             self.replies.append((node, message, reply))
             out.append(reply)
@@ -307,7 +326,8 @@ def test_secagg_gives_the_plaintext_results_and_the_server_sees_only_sums(
             assert len(record) == 0
         clear = json.loads(str(reply.content.config_records["fitres.metrics"]["json"]))
         names = {entry[0].split("/", 1)[1] for entry in clear["layout"]}
-        assert not names & summed
+        # nor, for Fed-PE, the per-arm estimates the summed shares are made of
+        assert not names & (summed | ({"estimate"} if "weighted_estimate" in summed else set()))
 
 
 @functools.cache
@@ -317,17 +337,16 @@ def secure_rounds() -> list[int]:
     return [reply.round for reply in seen if reply.summed]
 
 
-def test_a_node_lost_in_the_masked_stage_leaves_the_survivors_sum():
-    """Node 103 takes part in SecAgg+'s setup of the second secure sync, then goes silent in its
-    masked-vector stage: the others' sum still unmasks (threshold 3 of 4, its masks rebuilt from
-    shares), and the run goes on exactly as a plaintext run losing that node in that round."""
+@pytest.mark.parametrize("fault", ["silent", "failing"])
+def test_a_node_lost_in_the_masked_stage_leaves_the_survivors_sum(fault):
+    """Node 103 takes part in SecAgg+'s setup of the second secure sync, then goes silent (or
+    answers with an error) in its masked-vector stage: the others' sum still unmasks (threshold 3
+    of 4, its masks rebuilt from shares), and the run goes on exactly as a plaintext run losing
+    that node in that round."""
     at = secure_rounds()[1]
-    secure, seen, _, runtime = secure_run(
-        "contextual_tiny", "dislinucb", policy="drop", silent_from={103: at}
-    )
-    plain, _, _, _ = secure_run(
-        "contextual_tiny", "dislinucb", secure=False, policy="drop", silent_from={103: at}
-    )
+    fail = {f"{fault}_from": {103: at}}
+    secure, seen, _, runtime = secure_run("contextual_tiny", "dislinucb", policy="drop", **fail)
+    plain, _, _, _ = secure_run("contextual_tiny", "dislinucb", secure=False, policy="drop", **fail)
     assert secure.status == plain.status == "complete"
     assert secure.dropped == plain.dropped == {4: at}
     np.testing.assert_array_equal(secure.regret.increment_diff, plain.regret.increment_diff)
@@ -343,24 +362,61 @@ def test_below_the_threshold_the_seed_stops_with_one_clear_reason():
     )
     assert outcome.status == "aborted" and outcome.dropped == {}
     assert f"round {at}: lost clients" in outcome.failure
-    assert "secure aggregation halted (fewer than 3 of 4 nodes left to unmask the sum)" in (
-        outcome.failure
-    )
+    assert "secure aggregation halted (fewer than 3 of 4 nodes left to unmask)" in (outcome.failure)
     assert [r.round for r in seen if r.summed] == secure_rounds()[:1]
     # the two live nodes still report their regret: nothing they did is lost
     assert set(runtime.lost) == {102, 103}
     assert outcome.regret.client_ids.tolist() == [0, 1, 2]
 
 
+def test_three_nodes_must_all_survive_so_no_sum_of_two_is_ever_unmasked():
+    """With 3 nodes the threshold is 3: losing one in the masked stage halts the exchange
+    (a sum of the two others would tell each the other's values) instead of unmasking it."""
+    _, seen, _, _ = secure_run("contextual_tiny", "dislinucb", num_nodes=3)
+    at = [r.round for r in seen if r.summed][1]
+    outcome, seen, _, runtime = secure_run(
+        "contextual_tiny", "dislinucb", num_nodes=3, policy="drop", silent_from={102: at}
+    )
+    assert outcome.status == "aborted"
+    assert "secure aggregation halted (fewer than 3 of 3 nodes left to unmask)" in (outcome.failure)
+    assert not any(r.summed and r.round >= at for r in seen)
+    assert set(runtime.lost) == {102}
+
+
+def test_a_malformed_reply_inside_the_sum_stops_the_seed_cleanly():
+    """A node whose clear part names the wrong round: its masked values are already in the sum,
+    so the exchange cannot be used; the seed stops (status aborted) with the reason, and the
+    other nodes still report their regret."""
+    at = secure_rounds()[1]
+
+    def wrong_round(message, reply):
+        metrics = reply.content.config_records.get("fitres.metrics")
+        if metrics is not None and "json" in metrics:
+            header = json.loads(str(metrics["json"]))
+            if header["round"] >= at:
+                header["round"] += 1
+                metrics["json"] = json.dumps(header)
+
+    outcome, seen, _, runtime = secure_run(
+        "contextual_tiny", "dislinucb", policy="drop", tamper={101: wrong_round}
+    )
+    assert outcome.status == "aborted" and outcome.dropped == {}
+    assert "secure aggregation unusable" in outcome.failure and "node 101" in outcome.failure
+    assert not any(r.summed and r.round >= at for r in seen)
+    assert set(runtime.lost) == {101}
+    assert outcome.regret.client_ids.tolist() == [0, 1, 3, 4]
+
+
 def test_a_summed_reply_never_travels_with_run_ahead_replies(monkeypatch):
     """Batched FedLinUCB's clients run ahead through the steps inside a batch and stop before
     the step that closes it (``uploads_next``), so the upload goes through SecAgg+; a protocol
-    that fails to say so is stopped instead of its upload being used in the clear."""
+    that fails to say so is stopped when its upload reaches the runtime in the clear."""
     outcome, seen, grid, _ = secure_run("fed_private", "batched_fedlinucb")
     assert outcome.status == "complete"
     steps = [m for _, m, _ in grid.replies if m.metadata.message_type == "train.step"]
     assert len(steps) < 2000  # run ahead: 4 nodes x 2,000 rounds would be 8,000 deliveries
     assert [r.round for r in seen if r.kind == "upload"] == list(range(24, 2000, 25))
+    assert all(r.summed for r in seen if r.kind == "upload")
     from fedbandit.algorithms.private_linucb import BatchedLinUCBClient
 
     monkeypatch.setattr(BatchedLinUCBClient, "uploads_next", lambda self: False)

@@ -625,17 +625,25 @@ def measure_contextual(
     return results
 
 
-def last_run_traffic(submission: Submission) -> int:
-    """Bytes in and out of the SuperLink for its newest Flower run (``flwr ls``: what went over
-    the wire, framing and SecAgg+'s key exchange included)."""
+def run_traffic(submission: Submission) -> dict[str, int]:
+    """Bytes in and out of the SuperLink per Flower run it knows (``flwr ls``: what went over
+    the wire, framing and SecAgg+'s key exchange included), by run id."""
     reply = json.loads(
         submission.flwr(submission.environment(), "ls", CONNECTION, "--format", "json")
     )
-    runs = reply.get("runs", [])
-    if not runs:
-        raise RuntimeError("flwr ls lists no run")
-    newest = max(runs, key=lambda run: int(run["run-id"]))
-    return int(newest["network-traffic"]["total-bytes"])
+    return {
+        str(run["run-id"]): int(run["network-traffic"]["total-bytes"])
+        for run in reply.get("runs", [])
+    }
+
+
+def new_run_traffic(before: dict[str, int], after: dict[str, int]) -> int:
+    """The traffic of the one run in ``after`` that ``before`` did not list (run ids are random,
+    so the newest run is found by difference)."""
+    new = [run for run in after if run not in before]
+    if len(new) != 1:
+        raise RuntimeError(f"expected one new Flower run, flwr ls lists {len(new)}")
+    return after[new[0]]
 
 
 def measure_secure(
@@ -651,6 +659,7 @@ def measure_secure(
     runs: dict[str, dict[str, Any]] = {}
     for tag, extra in (("plain", []), ("secure", ["--secure-aggregation"])):
         out = root / f"secure-{tag}"
+        before = run_traffic(submission)
         wall = run_fedbandit(
             ["run", *experiment, *connect, *extra, "--out", str(out)], root / f"secure-{tag}.log"
         )
@@ -661,7 +670,7 @@ def measure_secure(
         uplink = comm[(comm["direction"] == "uplink") & comm["round"].isin(rounds)]
         runs[tag] = {
             "wall_s": wall,
-            "traffic_bytes": last_run_traffic(submission),
+            "traffic_bytes": new_run_traffic(before, run_traffic(submission)),
             "median_exchange_s": float(explore["exchange_s"].median()),
             "uplink_bytes_per_round": float(uplink["bytes"].mean()),
             "regret": _seed_file(out, "regret.csv").read_bytes(),

@@ -32,6 +32,7 @@ from flwr.clientapp import ClientApp
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
+from fedbandit import secure_sum
 from fedbandit.config import validate_experiment
 from fedbandit.errors import DeploymentError, FedbanditError
 from fedbandit.federation import Message as BanditMessage
@@ -436,10 +437,16 @@ def _secure_settings(job: FlowerJob, server: ServerLogic, num_nodes: int) -> Sec
             f"clients: start more SuperNodes, each with its own --clients range"
         )
     settings = SecureSettings(server.secure_fields, options.secure_threshold)
-    if settings.threshold is not None and settings.threshold >= num_nodes:
+    if num_nodes > secure_sum.MAX_NODES:
         raise DeploymentError(
-            f"secure_threshold {settings.threshold} must be below the number of nodes "
-            f"({num_nodes}): SecAgg+ needs more shares than the threshold"
+            f"secure aggregation sums at most {secure_sum.MAX_NODES} nodes (SecAgg+'s modulus "
+            f"2^32), but {num_nodes} serve the clients: give each SuperNode more clients"
+        )
+    if settings.threshold is not None and settings.threshold > num_nodes:
+        raise DeploymentError(
+            f"secure_threshold {settings.threshold} asks for more surviving nodes than the "
+            f"{num_nodes} that serve the clients: lower --secure-threshold or start more "
+            "SuperNodes"
         )
     return settings
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -380,26 +380,24 @@ class FlowerGridRuntime(Runtime):
         assert self.secure is not None
         threshold = self.secure.threshold_for(len(requests))
         started = time.perf_counter()
+        outcome, broken = None, ""
         if len(requests) < MIN_NODES:
-            outcome = None
-            failures.update(
-                {
-                    node: f"secure aggregation needs {MIN_NODES} or more nodes; "
-                    f"{len(requests)} are left"
-                    for node in requests
-                }
-            )
+            broken = f"it needs {MIN_NODES} or more nodes; {len(requests)} are left"
         else:
-            outcome = secure_exchange(
-                self.grid,
-                requests,
-                int(self.group_id or 0),
-                self.timeout,
-                self.poll_seconds,
-                threshold,
-                self.stop,
-            )
+            try:
+                outcome = secure_exchange(
+                    self.grid,
+                    requests,
+                    int(self.group_id or 0),
+                    self.timeout,
+                    self.poll_seconds,
+                    threshold,
+                    self.stop,
+                )
+            except (MalformedReplyError, ValueError, KeyError, TypeError) as err:
+                broken = f"a reply it cannot use: {err}"  # inside the sum: nothing is usable
             check_stop(self.stop)
+            self.secure_report["exchanges"] += 1
         self.timings.append(
             {
                 "round": message.round,
@@ -410,25 +408,16 @@ class FlowerGridRuntime(Runtime):
             }
         )
         self._last_end = time.perf_counter()
-        self.secure_report["exchanges"] += 1
         self.buffer.delivered_alone()
         self._delivered_to = set()
         if outcome is None or outcome.halted:
             gone = outcome.lost if outcome is not None else {}
-            self.secure_report["lost_nodes"] += len(gone)
-            why = (
-                f"fewer than {threshold} of {len(requests)} nodes left to unmask the sum"
-                if outcome is not None
-                else f"it needs {MIN_NODES} or more nodes; {len(requests)} are left"
-            )
-            for node in requests:
-                failures[node] = f"secure aggregation halted ({why})" + (
-                    f": {gone[node]}" if node in gone else ""
-                )
-            raise self._halted(failures, gone)
+            why = broken or f"fewer than {threshold} of {len(requests)} nodes left to unmask"
+            raise self._halted(failures, requests, f"secure aggregation halted ({why})", gone)
         self.secure_report["clipped_values"] += outcome.clipped
         self.secure_report["lost_nodes"] += len(outcome.lost)
         failures.update(outcome.lost)
+        rejected: dict[int, str] = {}
         for node, part in outcome.clear.items():
             try:
                 if not np.array_equal(part.client_ids, sent[node].client_ids) or (
@@ -441,8 +430,12 @@ class FlowerGridRuntime(Runtime):
                     )
                 self._check_reply(sent[node], part)
             except MalformedReplyError as err:
-                failures[node] = f"malformed reply: {err}"
-        good = [node for node in sorted(outcome.clear) if node not in failures]
+                rejected[node] = f"malformed reply: {err}"
+        rejected.update(self._outvoted(message.kind, outcome.clear))
+        if rejected:  # a rejected reply is inside the sum: nothing of this round can be used
+            why = "a node's reply was rejected, and its values are inside the sum"
+            raise self._halted(failures, requests, f"secure aggregation unusable ({why})", rejected)
+        good = sorted(outcome.clear)
         self._delivered_to = set(good)
         joined = BanditMessage.concatenate([outcome.clear[node] for node in good])
         reply = BanditMessage(
@@ -456,19 +449,28 @@ class FlowerGridRuntime(Runtime):
             summed=frozenset(outcome.sums),
         )
         if failures:
-            if rejected := {n: why for n, why in failures.items() if n in outcome.clear}:
-                # a rejected reply is inside the sum: nothing of this round can be used
-                raise self._halted(failures, {**outcome.lost, **rejected})
             raise self._failure(failures, reply)
         return reply
 
-    def _halted(self, failures: dict[int, str], gone: dict[int, str]) -> ClientFailure:
-        """A secure round that cannot be used: ``fatal``, naming every node's clients; only the
-        nodes in ``gone`` are lost (the others still report their regret)."""
-        self.lost.update({node: why for node, why in gone.items()})
-        lost = np.concatenate([self.ranges[node] for node in failures])
-        reasons = {self._where(node): why for node, why in sorted(failures.items())}
-        return ClientFailure(lost, reasons, None, fatal=True)
+    def _halted(
+        self,
+        failures: dict[int, str],
+        requests: Mapping[int, object],
+        why: str,
+        gone: dict[int, str],
+    ) -> ClientFailure:
+        """A secure exchange that cannot be used: a ``fatal`` failure naming every addressed
+        node's clients (those lost earlier in ``failures``, those asked in ``requests`` with
+        ``why`` and, for the nodes in ``gone``, what happened to them). Only the nodes in
+        ``gone`` are lost; the others still report their regret."""
+        self.secure_report["lost_nodes"] += len(gone)
+        reasons = dict(failures)
+        for node in requests:
+            reasons[node] = why + (f": {gone[node]}" if node in gone else "")
+        self.lost.update(gone)
+        lost = np.concatenate([self.ranges[node] for node in reasons])
+        described = {self._where(node): text for node, text in sorted(reasons.items())}
+        return ClientFailure(lost, described, None, fatal=True)
 
     def _reconnect(
         self,

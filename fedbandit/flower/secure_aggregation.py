@@ -69,8 +69,8 @@ QUANTIZATION_RANGE = 2**22
 MODULUS_RANGE = 2**32
 #: q / 2: Flower's quantiser ``(x + c) q / (2 c)`` is then ``x + q / 2``, the identity on integers.
 CLIPPING_RANGE = float(QUANTIZATION_RANGE // 2)
-#: Fewest nodes that secure aggregation accepts: with two, each learns the other's value from
-#: the sum, and Flower's SecAgg+ halts below two.
+#: Fewest nodes that secure aggregation accepts, and fewest whose sum it ever unmasks: with two,
+#: each learns the other's value from the sum (and Flower's SecAgg+ halts below two).
 MIN_NODES = 3
 #: FitIns config keys: the names of the fields to sum (JSON list).
 SUMMED_KEY = "secure-summed"
@@ -84,21 +84,24 @@ _INLINE = 2**62
 @dataclass(frozen=True)
 class SecureSettings:
     """A run's secure aggregation: which reply fields of a message are summed (the server's
-    ``ServerLogic.secure_fields``; empty: a plain exchange) and the reconstruction threshold
-    (None: ``default_threshold``)."""
+    ``ServerLogic.secure_fields``; empty: a plain exchange) and the reconstruction threshold,
+    the nodes that must survive a secure exchange (None: ``default_threshold``)."""
 
     fields: Callable[[BanditMessage], frozenset[str]]
     threshold: int | None = None
 
     def threshold_for(self, num_nodes: int) -> int:
-        """Shares needed to unmask with ``num_nodes`` nodes: the setting, at most n - 1."""
+        """Nodes that must survive a secure exchange among ``num_nodes``: the setting or the
+        default, never fewer than ``MIN_NODES`` (a sum over two nodes tells each the other's
+        value) and at most all of them."""
         wanted = self.threshold if self.threshold is not None else default_threshold(num_nodes)
-        return min(wanted, num_nodes - 1)
+        return min(max(wanted, MIN_NODES), num_nodes)
 
 
 def default_threshold(num_nodes: int) -> int:
-    """Shares needed to unmask: a majority of the nodes, at least 2 (3 nodes tolerate 1 loss)."""
-    return max(2, num_nodes // 2 + 1)
+    """A majority of the nodes, and at least ``MIN_NODES``: 3 nodes must all survive, 4 or 5
+    tolerate the loss of one or two, 10 of four."""
+    return max(MIN_NODES, num_nodes // 2 + 1)
 
 
 def request_content(content: RecordDict, summed: Iterable[str]) -> FitIns:
@@ -252,7 +255,7 @@ class _TrackingGrid:
 def secure_exchange(
     grid: Grid,
     requests: dict[int, FitIns],
-    round_number: int,
+    group_index: int,
     timeout: float,
     poll_seconds: float,
     threshold: int,
@@ -261,21 +264,23 @@ def secure_exchange(
     """One exchange through SecAgg+: ``requests`` (node -> its ``request_content``) delivered,
     the summed fields unmasked over the surviving nodes. Nodes that fail a stage (an error, or
     silent for ``timeout`` seconds) are dropped by SecAgg+ and named in ``lost``; with fewer
-    than ``threshold`` left, the outcome is ``halted``. ``round_number`` becomes the messages'
-    ``group_id`` (Flower's workflow sets it from its round)."""
+    than ``threshold`` left, the outcome is ``halted``. ``group_index`` (the job's index in a
+    simulation, 0 in a deployment) becomes the messages' ``group_id``: Flower's workflow sets it
+    from its round, so the round is set to it."""
     legacy_records.require()
     tracking = _TrackingGrid(grid, poll_seconds, stop)
     strategy = _Exchange(requests)
     # the workflow reads its round and parameters from this context's state, nothing else
     run = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={})
     context = LegacyContext(run, strategy=strategy)
-    context.state.config_records["config"] = ConfigRecord({"current_round": int(round_number)})
+    context.state.config_records["config"] = ConfigRecord({"current_round": int(group_index)})
     context.state.array_records["parameters"] = legacy_records.parameters_to_record(
         Parameters(tensors=[], tensor_type="")
     )
     workflow = SecAggPlusWorkflow(
         num_shares=len(requests),
-        reconstruction_threshold=threshold,
+        # an int must be below the shares; 1.0 (a fraction) asks for every node
+        reconstruction_threshold=threshold if threshold < len(requests) else 1.0,
         max_weight=1,
         clipping_range=CLIPPING_RANGE,
         quantization_range=QUANTIZATION_RANGE,
@@ -310,8 +315,8 @@ def _unmask(
         metrics = dict(fitres.metrics)
         try:
             layouts[node] = str(metrics.pop(LAYOUT_KEY))
-            clipped += int(metrics.pop(CLIPPED_KEY))  # type: ignore[call-overload]
-            seconds.append(float(metrics.pop("handler-s")))  # type: ignore[arg-type]
+            clipped += int(metrics.pop(CLIPPED_KEY))
+            seconds.append(float(metrics.pop("handler-s")))
             clear[node] = decode(RecordDict({HEADER_KEY: ConfigRecord(metrics)}))  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError) as err:
             raise MalformedReplyError(f"node {node}: not a fedbandit secure reply: {err}") from None
