@@ -469,5 +469,5 @@ def test_secure_aggregation_on_three_supernodes_as_locally(deployment, tmp_path)
             )
         report = read_json(secure / "runs" / algorithm / "seed_0.json")["report"]
         sums = report["secure_aggregation"]
-        assert sums["nodes"] == 3 and sums["threshold"] == 2 and sums["exchanges"] > 0
+        assert sums["nodes"] == 3 and sums["threshold"] == 3 and sums["exchanges"] > 0
         assert sums["clipped_values"] == 0 and sums["lost_nodes"] == 0

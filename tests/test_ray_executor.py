@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -176,13 +177,18 @@ def test_a_killed_worker_is_retried_then_reported(tmp_path: Path) -> None:
     thread = threading.Thread(target=killer.run, daemon=True)
     thread.start()
     done, on_done = collect(tmp_path / "failed")
+    failure: DeploymentError | None = None
     try:
-        with pytest.raises(DeploymentError, match=r"fedpe_tiny/fedpe/seed_1 failed .* 0 retries"):
-            run_on_ray([target], on_done, max_retries=0)  # type: ignore[arg-type]
+        run_on_ray([target], on_done, max_retries=0)  # type: ignore[arg-type]
+    except DeploymentError as err:
+        failure = err
     finally:
         killer.stop.set()
         thread.join()
-    assert killer.killed
+    if failure is None and not killer.killed:  # a race the killer lost, as above
+        pytest.skip("the task finished before its worker could be found and killed")
+    assert killer.killed and failure is not None
+    assert re.search(r"fedpe_tiny/fedpe/seed_1 failed .* 0 retries", str(failure))
     import ray
 
     assert not ray.is_initialized()
