@@ -5,7 +5,12 @@ import pytest
 from algorithm_params import params_for
 
 from fedbandit.api import get_algorithm
-from fedbandit.contextual.instances import ContextualParams, contextual_instance
+from fedbandit.contextual.instances import (
+    ContextualParams,
+    GLMContextualParams,
+    contextual_instance,
+    glm_contextual_instance,
+)
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.instances import (
     PaperSyntheticParams,
@@ -39,6 +44,12 @@ INSTANCES = {
     "contextual_round_robin": contextual_instance(
         ContextualParams(num_clients=3, arrival="round_robin", heterogeneity=0.3, seed=5)
     ),
+    "glm_logistic_shared": glm_contextual_instance(
+        GLMContextualParams(setting="shared", num_clients=4, num_arms=3, dim=2, theta_norm=2.0)
+    ),
+    "glm_probit_sequential": glm_contextual_instance(
+        GLMContextualParams(num_clients=3, link="probit", arrival="sequential", seed=6)
+    ),
 }
 
 
@@ -63,6 +74,8 @@ def test_every_algorithm_runs_on_every_instance(algorithm, instance_name):
         assert 0 < result.regret.client_pulls.min() < 300
     elif instance.contextual and instance.params.arrival == "round_robin":
         np.testing.assert_array_equal(result.regret.client_pulls, 300 // instance.num_clients)
+    elif instance.contextual and instance.params.arrival == "sequential":
+        assert result.regret.client_pulls.sum() == 300  # one random client per global step
     else:
         np.testing.assert_array_equal(result.regret.client_pulls, 300)
     curve = result.regret.mean_cumulative_regret()

@@ -136,7 +136,7 @@ class ContextualEnvironment(GroupEnvironment):
         active = self._active[self._pos]
         flat = self._offsets + arms
         chosen = self._means[self._pos].reshape(-1)[flat]
-        rewards = chosen + self.noise_sigma * self._noise[self._pos]
+        rewards = self.instance.rewards(chosen, self._noise[self._pos])
         units = self._gap_units[self._pos][flat]
         if not self._all_active:
             rewards = np.where(active, rewards, 0.0)
@@ -226,9 +226,9 @@ class ContextualEnvironment(GroupEnvironment):
         if row >= 0:
             pos = int(self._client_pos[row])
             arm = int(arms[row])
-            rewards[row] = (
-                self._seq_means[row, pos, arm] + self.noise_sigma * self._seq_noise[row, pos]
-            )
+            rewards[row] = self.instance.rewards(
+                self._seq_means[row, pos, arm : arm + 1], self._seq_noise[row, pos : pos + 1]
+            )[0]
             units = float(self._seq_gaps[row, pos, arm])
             self._regret[row] += units / REGRET_SCALE
             self._diff[self.round] += units

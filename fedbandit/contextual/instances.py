@@ -22,6 +22,13 @@ Context laws: ``gaussian`` (N(0, I_d)), ``sphere`` (uniform on the unit sphere),
 projection on a random ``subspace_dim``-dimensional subspace). A hard ``margin``: contexts whose
 best and second-best arms are closer than it are redrawn (rejection sampling).
 
+Generalised linear rewards (``kind = "glm_contextual"``, the setting of FedGLB-UCB, Li and Wang,
+NeurIPS 2022): the mean of arm k is mu(x_{t,k}^T theta_k) with a ``logistic`` (1 / (1 + e^-z)) or
+``probit`` (Phi(z)) link, every parameter scaled to norm ``theta_norm``, and the reward is
+Bernoulli(mu). The regret is measured on mu, the true link. A reward is drawn from the client's
+normal noise stream as 1{z < Phi^-1(mu)} (z ~ N(0, 1), so the chance is exactly mu), so a GLM
+instance uses the same streams and chunk layout as a linear one.
+
 Diversity (our reading of Wu et al. 2020, as in that line of work): for every arm k,
 lambda_0 = min_k lambda_min(E[x x^T 1{k optimal at x}]) > 0 in the disjoint setting; for a shared
 parameter lambda_0 = lambda_min(E[x_{k*} x_{k*}^T]) with k* the optimal arm. ``diversity`` estimates
@@ -94,6 +101,17 @@ class ContextualParams(BaseModel):
         return self
 
 
+class GLMContextualParams(ContextualParams):
+    """Parameters of a generalised linear contextual instance (``kind = "glm_contextual"``):
+    those of ``contextual`` plus the link and the parameters' norm; rewards are Bernoulli, so
+    ``noise_sigma`` is only the sub-Gaussian constant algorithms assume (1/2 for rewards in
+    [0, 1])."""
+
+    kind: Literal["glm_contextual"] = "glm_contextual"  # type: ignore[assignment]
+    link: Literal["logistic", "probit"] = Field("logistic", description="mu(z)")
+    theta_norm: float = Field(1.0, gt=0, description="||theta_k|| (the common part's norm)")
+
+
 @dataclass(frozen=True)
 class ContextualInstance:
     """The truth of a contextual instance: parameters and the law of contexts."""
@@ -128,6 +146,20 @@ class ContextualInstance:
         return self.params.setting == "shared"
 
     @property
+    def link(self) -> str | None:
+        """The link of a generalised linear instance, None for linear rewards."""
+        return getattr(self.params, "link", None)
+
+    def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        """Rewards of arms with ``means`` from standard normal ``noise`` of the same shape:
+        mean + sigma z (linear), or 1{z < Phi^-1(mean)}, Bernoulli(mean) (generalised linear)."""
+        if self.link is None:
+            return means + self.noise_sigma * noise
+        from scipy.special import ndtri  # SciPy: only generalised linear instances need it
+
+        return (noise < ndtri(means)).astype(np.float64)
+
+    @property
     def contextual(self) -> bool:
         return True
 
@@ -157,9 +189,9 @@ class ContextualInstance:
         return draw
 
     def means(self, contexts: np.ndarray, client_id: int | None = None) -> np.ndarray:
-        """mu_k = x_k^T theta_k for contexts of shape (..., K, d) or compact (..., 1, d), with
-        client ``client_id``'s own parameters on a heterogeneous instance (default: the common
-        ones).
+        """mu_k = x_k^T theta_k (a generalised linear instance: mu(x_k^T theta_k), its link) for
+        contexts of shape (..., K, d) or compact (..., 1, d), with client ``client_id``'s own
+        parameters on a heterogeneous instance (default: the common ones).
 
         A compiled loop rather than a matrix product, so a value never depends on how many
         contexts are evaluated together (BLAS blocking would change the rounding)."""
@@ -169,7 +201,8 @@ class ContextualInstance:
         thetas = self.thetas
         if self.client_thetas is not None and client_id is not None:
             thetas = self.client_thetas[client_id]
-        return context_means(flat, thetas).reshape(*contexts.shape[:-2], self.num_arms)
+        linear = context_means(flat, thetas).reshape(*contexts.shape[:-2], self.num_arms)
+        return linear if self.link is None else link_function(self.link, linear)
 
     def expand(self, compact: np.ndarray) -> np.ndarray:
         """Compact contexts (..., context_rows, d) as per-arm contexts (..., K, d) (a view)."""
@@ -238,6 +271,17 @@ class ContextualInstance:
             **self.diversity(),
             **self.info,
         }
+
+
+def link_function(link: str, z: np.ndarray) -> np.ndarray:
+    """mu(z): ``logistic`` 1 / (1 + e^-z) or ``probit`` Phi(z), the standard normal cdf."""
+    from scipy.special import expit, ndtr  # SciPy: only generalised linear instances need it
+
+    if link == "logistic":
+        return expit(z)
+    if link == "probit":
+        return ndtr(z)
+    raise ValueError(f"unknown link {link!r}; known: logistic, probit")
 
 
 def top_two_gap(means: np.ndarray) -> np.ndarray:
@@ -312,10 +356,38 @@ def dissimilarity(client_thetas: np.ndarray) -> float:
     return float(np.linalg.norm(gaps, axis=-1).max())
 
 
+def glm_contextual_instance(params: GLMContextualParams) -> ContextualInstance:
+    """The contextual instance of the same seed and law with every parameter (common and each
+    client's own) scaled to ``theta_norm`` times its norm there, and the link applied to the
+    means: parameters drawn as for ``contextual``, so theta_k is uniform on the sphere of radius
+    ``theta_norm``."""
+    base = contextual_instance(params)
+    scale = params.theta_norm
+    own = None if base.client_thetas is None else base.client_thetas * scale
+    info = dict(base.info)
+    if own is not None:
+        info["dissimilarity"] = dissimilarity(own)
+    return ContextualInstance(
+        params,
+        base.thetas * scale,
+        base.points,
+        base.basis,
+        name=f"glm_{params.link}_{params.contexts}",
+        info=info,
+        client_thetas=own,
+    )
+
+
 #: Declared in ``setup.cfg`` under ``fedbandit.instances``.
 CONTEXTUAL = InstanceKindSpec(
     "contextual",
     ContextualParams,
     contextual_instance,
     "Fresh contexts every round (LinUCB-d's diverse and non-diverse settings)",
+)
+GLM_CONTEXTUAL = InstanceKindSpec(
+    "glm_contextual",
+    GLMContextualParams,
+    glm_contextual_instance,
+    "Fresh contexts every round, Bernoulli rewards through a logistic or probit link",
 )

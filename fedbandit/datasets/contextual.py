@@ -164,6 +164,10 @@ class TabularContextualInstance:
     def noise_sigma(self) -> float:
         return self.params.noise_sigma
 
+    def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        """1{k = y} + sigma z for arms with ``means`` and standard normal ``noise``."""
+        return means + self.noise_sigma * noise
+
     @property
     def shared_parameter(self) -> bool:
         return False
