@@ -30,6 +30,7 @@ from fedbandit.flower.codec import (
 )
 from fedbandit.flower.internals import pull_backoff
 from fedbandit.flower.secure_aggregation import (
+    INLINE_ALWAYS,
     MIN_NODES,
     SecureSettings,
     request_content,
@@ -289,25 +290,12 @@ class FlowerGridRuntime(Runtime):
         if self.on_round is not None:
             self.on_round(message.round)
         budget = self.steps_per_round
-        sent: dict[int, BanditMessage] = {}
-        out, failures = [], {}
-        for node, ids in self.ranges.items():
-            positions = np.flatnonzero(np.isin(message.client_ids, ids))
-            if len(positions) == 0:
-                continue
-            sent[node] = message.select(positions)
-            if node in self.lost:
-                failures[node] = f"lost earlier: {self.lost[node]}"
-            else:
-                content = self._content(node, sent[node], budget)
-                out.append(self._message(content, node, "train.step"))
-        served = np.concatenate([p.client_ids for p in sent.values()] + [np.empty(0, np.int64)])
-        if len(served) != message.num_clients:
-            unserved = np.setdiff1d(message.client_ids, served)
-            raise ValueError(
-                f"round {message.round} addresses clients no node serves (or dropped ones): "
-                f"{describe_clients(unserved)}"
-            )
+        sent, failures = self._split(message)
+        out = [
+            self._message(self._content(node, part, budget), node, "train.step")
+            for node, part in sent.items()
+            if node not in failures
+        ]
         started = time.perf_counter()
         replies, errors, silent = self._send(out)
         handler = [
@@ -346,6 +334,27 @@ class FlowerGridRuntime(Runtime):
             raise self._failure(failures, BanditMessage.concatenate(parts) if parts else None)
         return self.buffer.store(message, [steps[node] for node in good])
 
+    def _split(self, message: BanditMessage) -> tuple[dict[int, BanditMessage], dict[int, str]]:
+        """Each node's part of ``message``, and the nodes among them lost earlier (with why);
+        a ValueError when it addresses clients no node serves."""
+        sent: dict[int, BanditMessage] = {}
+        failures: dict[int, str] = {}
+        for node, ids in self.ranges.items():
+            positions = np.flatnonzero(np.isin(message.client_ids, ids))
+            if len(positions) == 0:
+                continue
+            sent[node] = message.select(positions)
+            if node in self.lost:
+                failures[node] = f"lost earlier: {self.lost[node]}"
+        served = np.concatenate([p.client_ids for p in sent.values()] + [np.empty(0, np.int64)])
+        if len(served) != message.num_clients:
+            unserved = np.setdiff1d(message.client_ids, served)
+            raise ValueError(
+                f"round {message.round} addresses clients no node serves (or dropped ones): "
+                f"{describe_clients(unserved)}"
+            )
+        return sent, failures
+
     def _secure_exchange(self, message: BanditMessage, summed: frozenset[str]) -> BanditMessage:
         """Deliver ``message`` through SecAgg+ (``fedbandit.flower.secure_aggregation``): the
         reply's ``summed`` fields come back as their sum over the nodes that answered
@@ -355,28 +364,15 @@ class FlowerGridRuntime(Runtime):
         the last delivery is told how far to go back."""
         if self.on_round is not None:
             self.on_round(message.round)
-        sent: dict[int, BanditMessage] = {}
-        failures: dict[int, str] = {}
+        sent, failures = self._split(message)
         requests = {}
-        for node, ids in self.ranges.items():
-            positions = np.flatnonzero(np.isin(message.client_ids, ids))
-            if len(positions) == 0:
+        for node, part in sent.items():
+            if node in failures:
                 continue
-            sent[node] = message.select(positions)
-            if node in self.lost:
-                failures[node] = f"lost earlier: {self.lost[node]}"
-                continue
-            content = encode(sent[node], inline_bytes=2**62)
+            content = encode(part, inline_bytes=INLINE_ALWAYS)
             if self.steps_per_round > 1:
                 self._set_ahead(content, node, 1)
             requests[node] = request_content(content, summed)
-        served = np.concatenate([p.client_ids for p in sent.values()] + [np.empty(0, np.int64)])
-        if len(served) != message.num_clients:
-            unserved = np.setdiff1d(message.client_ids, served)
-            raise ValueError(
-                f"round {message.round} addresses clients no node serves (or dropped ones): "
-                f"{describe_clients(unserved)}"
-            )
         assert self.secure is not None
         threshold = self.secure.threshold_for(len(requests))
         started = time.perf_counter()

@@ -53,6 +53,7 @@ from fedbandit.flower.internals import legacy_records
 
 __all__ = [
     "CLIPPING_RANGE",
+    "INLINE_ALWAYS",
     "MIN_NODES",
     "QUANTIZATION_RANGE",
     "SecureOutcome",
@@ -77,8 +78,9 @@ SUMMED_KEY = "secure-summed"
 #: FitRes metrics keys: the summed fields' layout (JSON) and how many values were clipped.
 LAYOUT_KEY = "secure-layout"
 CLIPPED_KEY = "secure-clipped"
-#: Effectively no limit: a secure exchange carries its message inside the FitIns config.
-_INLINE = 2**62
+#: Effectively no limit: a secure exchange carries its messages inline, in the FitIns config
+#: and the FitRes metrics (``codec.encode(..., inline_bytes=INLINE_ALWAYS)``).
+INLINE_ALWAYS = 2**62
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ def secure_reply(reply: BanditMessage, summed: frozenset[str], seconds: float) -
         known=reply.known,
         meta=reply.meta,
     )
-    metrics = dict(encode(clear, inline_bytes=_INLINE).config_records[HEADER_KEY])
+    metrics = dict(encode(clear, inline_bytes=INLINE_ALWAYS).config_records[HEADER_KEY])
     metrics["handler-s"] = float(seconds)
     metrics[LAYOUT_KEY] = json.dumps(
         {"fields": layout, "sparse": {k: reply.sparse[k] for k in names if k in reply.sparse}}
