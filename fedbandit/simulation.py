@@ -69,6 +69,7 @@ def problem_spec(instance: Instance, horizon: int) -> ProblemSpec:
         shared_parameter=instance.shared_parameter,
         noise_sigma=instance.noise_sigma,
         contextual=instance.contextual,
+        reward_link=getattr(instance, "link", None),
     )
 
 

@@ -47,6 +47,11 @@ INSTANCES = {
     "glm_logistic_shared": glm_contextual_instance(
         GLMContextualParams(setting="shared", num_clients=4, num_arms=3, dim=2, theta_norm=2.0)
     ),
+    "glm_probit_round_robin": glm_contextual_instance(
+        GLMContextualParams(
+            setting="shared", num_clients=3, link="probit", arrival="round_robin", seed=4
+        )
+    ),
     "glm_probit_sequential": glm_contextual_instance(
         GLMContextualParams(num_clients=3, link="probit", arrival="sequential", seed=6)
     ),
@@ -60,6 +65,8 @@ def _pairs():
             if spec.needs_shared_parameter and not instance.shared_parameter:
                 continue
             if spec.contextual != instance.contextual:
+                continue
+            if spec.needs_reward_link and getattr(instance, "link", None) is None:
                 continue
             yield algorithm, name
 
@@ -90,6 +97,11 @@ def test_shared_algorithm_refuses_a_disjoint_instance():
         simulate(INSTANCES["disjoint"], "fedpe_shared", horizon=50, entropy=[0, 0])
 
 
+def test_a_generalised_linear_algorithm_refuses_linear_rewards():
+    with pytest.raises(ValueError, match="glm_contextual"):
+        simulate(INSTANCES["contextual_shared"], "fedglb_ucb", horizon=20, entropy=[0, 0])
+
+
 def test_unknown_algorithm_names_the_known_ones():
     with pytest.raises(ValueError, match=r"known algorithms: .*fedpe"):
         get_algorithm("fedpee")
@@ -105,9 +117,9 @@ def test_invalid_hyperparameters_are_rejected():
 @pytest.mark.parametrize("algorithm", list(algorithms()))
 def test_results_do_not_depend_on_client_grouping(algorithm):
     """Every registered algorithm, plugins included."""
-    instance = INSTANCES[
-        "contextual_shared" if algorithms().get(algorithm).contextual else "shared"
-    ]
+    spec = algorithms().get(algorithm)
+    name = "contextual_shared" if spec.contextual else "shared"
+    instance = INSTANCES["glm_logistic_shared" if spec.needs_reward_link else name]
     params = params_for(algorithm)
     runs = [
         simulate(instance, algorithm, 700, [5, 1], params=params, group_size=g)

@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 from algorithm_params import params_for
 
-from fedbandit.contextual.instances import ContextualParams, contextual_instance
+from fedbandit.contextual.instances import (
+    ContextualParams,
+    GLMContextualParams,
+    contextual_instance,
+    glm_contextual_instance,
+)
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.instances import SyntheticParams, synthetic
 from fedbandit.registry import algorithms
@@ -52,8 +57,17 @@ class RestartingRuntime(InProcessRuntime):
         return reply
 
 
+#: For the algorithms that model Bernoulli rewards (one shared parameter, in the order where a
+#: global update can fall between two clients' steps).
+GLM = glm_contextual_instance(
+    GLMContextualParams(setting="shared", num_clients=5, num_arms=4, dim=3, arrival="round_robin")
+)
+
+
 def instance_for(algorithm):
     spec = algorithms().get(algorithm)
+    if spec.needs_reward_link:
+        return GLM
     if spec.contextual:
         return CONTEXTUAL
     return SHARED if spec.needs_shared_parameter else FIXED

@@ -26,6 +26,9 @@ class ProblemSpec:
     shared_parameter: bool
     noise_sigma: float
     contextual: bool = False
+    #: The link of Bernoulli rewards mu(x^T theta) (``logistic``, ``probit``), None for linear
+    #: rewards x^T theta plus Gaussian noise.
+    reward_link: str | None = None
 
     @property
     def client_ids(self) -> np.ndarray:
@@ -50,7 +53,7 @@ class AlgorithmSpec(Generic[Params]):
     env)`` builds the ``ClientLogic`` of one group of clients playing in ``env`` (narrow it with
     ``environment_of``). ``contextual`` says whether the algorithm runs on contextual instances
     (fresh contexts each round) or on fixed-feature ones; ``needs_shared_parameter`` refuses
-    instances with per-arm parameters."""
+    instances with per-arm parameters; ``needs_reward_link`` refuses linear rewards."""
 
     name: str
     description: str
@@ -59,6 +62,8 @@ class AlgorithmSpec(Generic[Params]):
     make_client: Callable[[ProblemSpec, Params, GroupEnvironment], ClientLogic]
     needs_shared_parameter: bool = False
     contextual: bool = False
+    #: The algorithm models Bernoulli rewards through a link (``ProblemSpec.reward_link``).
+    needs_reward_link: bool = False
     #: Bytes one seed needs per client (for the estimate made before a run); None: the generic
     #: formula of ``fedbandit.resources`` for the algorithm's kind of instance.
     memory_per_client: Callable[[ProblemSpec], float] | None = None
@@ -74,6 +79,11 @@ class AlgorithmSpec(Generic[Params]):
             raise ConfigError(
                 f"algorithm {self.name!r} assumes one parameter shared by all arms, but the "
                 "instance has disjoint per-arm parameters"
+            )
+        if self.needs_reward_link and spec.reward_link is None:
+            raise ConfigError(
+                f"algorithm {self.name!r} models Bernoulli rewards through a link function, but "
+                "the instance has linear rewards; use an instance of kind 'glm_contextual'"
             )
 
 

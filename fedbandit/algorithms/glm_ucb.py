@@ -1,0 +1,587 @@
+"""FedGLB-UCB: federated generalised linear bandits (Li & Wang, "Communication Efficient Federated
+Learning for Generalized Linear Bandits", NeurIPS 2022; the authors' code ``cyrilli/FedGLB-UCB``,
+``lib/FedGLB_UCB.py``, with the settings of ``RunSyntheticDataset.py``), and ``ons_glm``, its
+clients learning alone.
+
+Rewards are Bernoulli with mean mu(x^T theta), one theta shared by every client and arm. Each client
+keeps A (the Gram matrix of everything it knows), an online Newton (ONS) estimate theta_ONS and a
+ridge fit theta_ridge of the ONS predictions z = x^T theta_ONS (Jun et al. 2017, "Scalable
+generalized linear bandits"); it plays argmax x^T theta_ridge + alpha_t ||x||_{A_inv}. After a pull:
+
+- the sample joins A, the upload buffer (dA, n_buf) and the client's data (x, y);
+- trigger (``syncRoundTriggered``): log(det(A + lambda/c_mu I) / det(A - dA + lambda/c_mu I))
+  n_buf >= D, D = T / (M d ln(M T)) with T the rounds (the script's ``threshold``);
+- no trigger: one ONS step (``localUpdate_ONSStep``): z = x^T theta_ONS, b += z x,
+  sum_z2 += z^2, A_inv by Sherman-Morrison, g = mu(z) - y,
+  theta_ONS = Proj_{A + lambda/c_mu I}(theta_ONS - g/c_mu A_inv x), theta_ridge = A_inv b,
+  B2 += g^2 x^T A_inv x / (2 c_mu), beta_local = ``local_beta(B2)``;
+- a trigger (the triggering client skips its ONS step) starts a global update, as message rounds:
+  ``collect`` (every client uploads dA and n_buf: d^2 + 1 scalars), then accelerated gradient
+  descent on the regularised negative log-likelihood of all data, each iteration one exchange
+  (``gradient``: the server sends the point x, every client returns sum_i (mu(x_i^T x) - y_i) x_i,
+  d scalars each way), then ``finish`` (x once more; every client returns sum_i (x_i^T x)^2), and
+  the next round carries the new global statistics to every client (A_g, x, B2, beta_global,
+  sum_z2: d^2 + d + 3 scalars).
+
+The AGD is the code's loop (``updateParameters``): x from 0 (``init_x`` of the script) or, with
+``warm_start``, from the last global x; step 0.1 / (0.25 + lambda / n); at most 2 n iterations
+(``max_iterations``); it stops when ||grad f(x)|| <= sqrt(2 lambda / n^3), f the NLL plus
+lambda/2 ||x||^2 over n samples; the momentum is the code's lagged Nesterov sequence
+(``agd_step``). After it every client sets A = A_g - lambda/c_mu I, b = (A_g - lambda/c_mu I) x,
+A_inv = A_g^-1, theta_ridge = A_inv b, theta_ONS = x and the confidence parts of
+``global_confidence``.
+
+The width is alpha_t = s sqrt(lambda S^2 / c_mu + beta_local + beta_global - sum_z2 +
+theta_ridge^T b) with s = 0.1 (``alpha_t_scaling`` of the script), clipped at 0 under the root.
+
+Where ours differs from the code:
+
+- the projection of the ONS step is onto the paper's feasible set, the ball ||theta|| <= S, in the
+  norm of A + lambda/c_mu I (``project_to_ball``; ``projection = "none"`` skips it). The code
+  projects onto the probability simplex {theta >= 0, sum theta = 1} (``projection_in_norm``, a
+  cvxopt QP), which excludes the normalised Gaussian theta* of its own script;
+- the argmax breaks ties by the lowest arm index (the code: at random among equal values, which
+  with a shared theta only happens between identical arm vectors, so the regret is the same);
+- in synchronous rounds every client acts in a round and a global update follows the round; in the
+  code's order (``round_robin``: ``for iter: for uid in range(N)``) ours makes the code's
+  decisions (checked in ``tests/test_glm_ucb.py`` against a transcription of the code's loop);
+- communication is counted from the messages: the code counts d^2 + 1 per client per collect,
+  2 d per client and AGD iteration (leaving out the triggering client and the last iteration) and
+  d^2 + d + 1 per client per download; ours counts every message, the trigger bits, ``finish``
+  and the one-scalar ``collect`` request.
+
+The link is logistic (the code's ``sigmoid``) or probit; both use the GLM score (mu(z) - y) x.
+c_mu defaults to mu'(S), the script's ``dsigmoid(S)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
+from fedbandit.contextual.environment import ContextualEnvironment, round_of_step
+from fedbandit.federation.messages import Message, broadcast
+from fedbandit.federation.protocol import ClientLogic, ServerLogic
+from fedbandit.resources import contextual_bytes_per_client
+
+Link = Literal["logistic", "probit"]
+
+#: Bisection steps of ``project_to_ball``: the bracket shrinks by 2^-80, below float resolution.
+BISECTION_STEPS = 80
+
+
+class FedGLBParams(Hyperparameters):
+    """FedGLB-UCB's constants; defaults are those of the authors' ``RunSyntheticDataset.py``.
+
+    - ``regularization``: lambda (2); ``delta``: confidence (0.01); ``theta_bound``: S (1);
+      ``reward_bound``: R, the rewards' sub-Gaussian constant (0.5 for rewards in [0, 1]);
+    - ``link``: the model's link; ``c_mu``: the lower bound on mu' (default mu'(S));
+    - ``width_scale``: s in alpha_t = s sqrt(...) (0.1); ``width``: a fixed alpha_t instead;
+    - ``threshold``: D of the sync trigger (default T / (M d ln(M T)), T the rounds; inf never
+      syncs);
+    - ``max_iterations``: of the AGD (default 2 n); ``warm_start``: start the AGD from the last
+      global x (the script starts from 0);
+    - ``projection``: the ONS step's feasible set: ``ball`` ||theta|| <= S, or ``none``."""
+
+    regularization: float = Field(2.0, gt=0)
+    delta: float = Field(0.01, gt=0, lt=1)
+    theta_bound: float = Field(1.0, gt=0)
+    reward_bound: float = Field(0.5, gt=0)
+    link: Link = "logistic"
+    c_mu: float | None = Field(None, gt=0, le=1)
+    width_scale: float = Field(0.1, ge=0)
+    width: float | None = Field(None, ge=0)
+    threshold: float | None = Field(None, ge=0)
+    max_iterations: int | None = Field(None, ge=1)
+    warm_start: bool = False
+    projection: Literal["ball", "none"] = "ball"
+
+
+class OnsGLMParams(FedGLBParams):
+    """``ons_glm``: FedGLB-UCB's constants; the clients never sync (``threshold`` is ignored)."""
+
+
+def link_mean(link: str, z: np.ndarray) -> np.ndarray:
+    """mu(z): logistic 1 / (1 + e^-z) or probit Phi(z)."""
+    from scipy.special import expit, ndtr  # SciPy: deferred, as by the GLM instances
+
+    return expit(z) if link == "logistic" else ndtr(z)
+
+
+def link_slope(link: str, z: float) -> float:
+    """mu'(z): logistic mu(z)(1 - mu(z)) (the script's ``dsigmoid``); probit the normal density."""
+    if link == "logistic":
+        mu = 1.0 / (1.0 + math.exp(-z))
+        return mu * (1.0 - mu)
+    return math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+
+
+def sync_threshold(rounds: int, num_clients: int, dim: int) -> float:
+    """D = T / (M d ln(M T)), T the rounds (``RunSyntheticDataset.py``: ``testing_iterations /
+    (n_users * context_dimension * np.log(n_users * testing_iterations))``)."""
+    total = max(num_clients * rounds, 2)
+    return rounds / (num_clients * dim * math.log(total))
+
+
+def local_beta(
+    bound_b2: np.ndarray, c_mu: float, reward_bound: float, num_clients: int, delta: float
+) -> np.ndarray:
+    """beta_local = 1 + 4 B2 / c_mu + 8 R^2 / c_mu^2 ln(M / delta sqrt(4 + 8 B2 / c_mu
+    + 64 R^4 / (4 c_mu^4 delta^2))) (``localUpdate_ONSStep``)."""
+    R, c = reward_bound, c_mu
+    inner = 4 + 8 * bound_b2 / c + 64 * R**4 / (c**4 * 4 * delta**2)
+    return 1 + 4 * bound_b2 / c + 8 * R**2 / c**2 * np.log(num_clients / delta * np.sqrt(inner))
+
+
+def global_confidence(
+    gradient_sum: np.ndarray,
+    gram: np.ndarray,
+    point: np.ndarray,
+    count: int,
+    params: FedGLBParams,
+    c_mu: float,
+) -> tuple[float, float]:
+    """(B2, beta_global) after a global update (``updateParameters``), from n = ``count`` samples,
+    the AGD's last gradient times n (``gradient_sum``), A_g (``gram``) and x (``point``):
+    B1 = lambda/2 + 1/n; w = ||n grad||_{A_g} / c_mu + R / c_mu sqrt(d ln(1 + n c_mu / (d lambda))
+    + 2 ln(1/delta)) + sqrt(lambda / c_mu) S; B2 = w^2 / (2 c_mu); L = ln(1/delta)
+    + d/2 ln(1 + (1 + n) / d); beta_global = 8 R^2 / c_mu^2 L + B1 + 4 R / c_mu sqrt(2 L)
+    (||x|| + S + sqrt(B1))."""
+    lam, R, S, delta = params.regularization, params.reward_bound, params.theta_bound, params.delta
+    d, n, c = len(point), count, c_mu
+    b1 = lam * 0.5 + 1.0 / n
+    width = (
+        math.sqrt(float(gradient_sum @ gram @ gradient_sum)) / c
+        + R / c * math.sqrt(d * math.log(1 + n * c / (d * lam)) + 2 * math.log(1.0 / delta))
+        + math.sqrt(lam / c) * S
+    )
+    b2 = 0.5 / c * width**2
+    log_det = math.log(1 / delta) + d / 2 * math.log(1 + (1 + n) / d)
+    beta = (
+        8 * R**2 / c**2 * log_det
+        + b1
+        + 4 * R / c * math.sqrt(2 * log_det) * (float(np.linalg.norm(point)) + S + math.sqrt(b1))
+    )
+    return b2, beta
+
+
+def agd_step(
+    point: np.ndarray,
+    previous: np.ndarray,
+    gradient: np.ndarray,
+    step: float,
+    momentum: tuple[float, float, float],
+) -> tuple[np.ndarray, np.ndarray, tuple[float, float, float]]:
+    """One iteration of the code's accelerated gradient descent: y = x - step grad,
+    x' = (1 - gamma) y + gamma y_prev; then lambda_prev, lambda = lambda,
+    (1 + sqrt(1 + 4 lambda_prev^2)) / 2 (the *old* lambda_prev, as the code updates it after) and
+    gamma = (1 - lambda_prev) / lambda. ``momentum`` is (lambda_prev, lambda, gamma), starting at
+    (0, 1, 1): the first iteration leaves x where it is. Returns (x', y, momentum')."""
+    lam_prev, lam_curr, gamma = momentum
+    current = point - step * gradient
+    new_point = (1 - gamma) * current + gamma * previous
+    new_curr = (1 + math.sqrt(1 + 4 * lam_prev * lam_prev)) / 2
+    new_prev = lam_curr
+    return new_point, current, (new_prev, new_curr, (1 - new_prev) / new_curr)
+
+
+def project_to_ball(theta: np.ndarray, metric: np.ndarray, radius: float) -> np.ndarray:
+    """argmin_{||y|| <= radius} (y - theta)^T M (y - theta) for each row: theta itself inside the
+    ball; outside it y = Q diag(w / (w + nu)) Q^T theta with M = Q diag(w) Q^T and nu > 0 where
+    ||y|| = radius (the KKT condition M (y - theta) + nu y = 0), nu by bisection. (n, d), (n, d, d)
+    -> (n, d)."""
+    out = theta.copy()
+    outside = np.sqrt((theta * theta).sum(axis=1)) > radius
+    if not outside.any():
+        return out
+    w, q = np.linalg.eigh(metric[outside])
+    c = np.einsum("nde,nd->ne", q, theta[outside])
+    low = np.zeros(len(c))
+    high = w.max(axis=1) * np.sqrt((c * c).sum(axis=1)) / radius
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (low + high)
+        scaled = w * c / (w + mid[:, None])
+        too_long = (scaled * scaled).sum(axis=1) > radius * radius
+        low = np.where(too_long, mid, low)
+        high = np.where(too_long, high, mid)
+    coords = w * c / (w + high[:, None])
+    out[outside] = np.einsum("nde,ne->nd", q, coords)
+    return out
+
+
+def _logdet(matrices: np.ndarray) -> np.ndarray:
+    return np.linalg.slogdet(matrices)[1]
+
+
+class FedGLBClient(ClientLogic):
+    """A group of FedGLB-UCB clients (see the module docstring)."""
+
+    STATE = (
+        "gram",
+        "buffer_gram",
+        "buffer_count",
+        "inverse",
+        "theta_ons",
+        "theta_ridge",
+        "target",
+        "sum_z2",
+        "bound_b2",
+        "beta_local",
+        "beta_global",
+        "data_x",
+        "data_y",
+        "data_count",
+        "trigger",
+    )
+
+    env: ContextualEnvironment
+
+    def __init__(
+        self, spec: ProblemSpec, params: FedGLBParams, env: ContextualEnvironment, sync: bool
+    ) -> None:
+        super().__init__(env)
+        self.spec, self.params = spec, params
+        n, d = env.num_clients, spec.dim
+        self.c_mu = params.c_mu or link_slope(params.link, params.theta_bound)
+        self.shift = params.regularization / self.c_mu  # lambda / c_mu
+        rounds = round_of_step(env.instance, env.horizon - 1)
+        self.threshold = math.inf
+        if sync:
+            self.threshold = (
+                params.threshold
+                if params.threshold is not None
+                else sync_threshold(rounds, spec.num_clients, d)
+            )
+        self.gram = np.zeros((n, d, d))
+        self.buffer_gram = np.zeros((n, d, d))
+        self.buffer_count = np.zeros(n, dtype=np.int64)
+        self.inverse = np.broadcast_to(np.eye(d) / self.shift, (n, d, d)).copy()
+        self.theta_ons = np.zeros((n, d))
+        self.theta_ridge = np.zeros((n, d))
+        self.target = np.zeros((n, d))
+        self.sum_z2 = np.zeros(n)
+        self.bound_b2 = np.full(n, 0.5 * self.c_mu * params.regularization * params.theta_bound**2)
+        self.beta_local = np.zeros(n)
+        self.beta_global = np.zeros(n)
+        self.data_x = np.zeros((n, 0, d))
+        self.data_y = np.zeros((n, 0))
+        self.data_count = np.zeros(n, dtype=np.int64)
+        self.trigger = np.zeros(n, dtype=bool)
+
+    # --- rounds -------------------------------------------------------------------------------
+
+    def handle(self, message: Message) -> Message:
+        if message.kind == "round":
+            return self._round(message)
+        if message.kind == "collect":
+            return self._collect(message)
+        if message.kind in ("gradient", "finish"):
+            return self._evaluate(message)
+        raise ValueError(f"unknown message kind {message.kind!r} for {type(self).__name__}")
+
+    def width(self) -> np.ndarray:
+        """alpha_t per client: the fixed ``width``, or s sqrt(lambda S^2 / c_mu + beta_local
+        + beta_global - sum_z2 + theta_ridge^T b), the root's argument clipped at 0."""
+        if self.params.width is not None:
+            return np.full(self.env.num_clients, self.params.width)
+        p = self.params
+        inner = (
+            p.regularization / self.c_mu * p.theta_bound**2
+            + self.beta_local
+            + self.beta_global
+            - self.sum_z2
+            + (self.theta_ridge * self.target).sum(axis=1)
+        )
+        return p.width_scale * np.sqrt(np.maximum(inner, 0.0))
+
+    def select(self, contexts: np.ndarray) -> np.ndarray:
+        """argmax_k x_k^T theta_ridge + alpha_t sqrt(x_k^T A_inv x_k) per client (lowest k on
+        ties); contexts (n, K, d)."""
+        mean = np.einsum("nkd,nd->nk", contexts, self.theta_ridge)
+        spread = np.einsum("nkd,nde,nke->nk", contexts, self.inverse, contexts)
+        ucb = mean + self.width()[:, None] * np.sqrt(np.maximum(spread, 0.0))
+        return np.asarray(ucb.argmax(axis=1), dtype=np.int64)
+
+    def _round(self, message: Message) -> Message:
+        if "gram" in message.fields:
+            self._download(message)
+        contexts, active = self.env.observe()
+        arms = self.select(contexts)
+        rewards = self.env.pull(arms)
+        rows = np.flatnonzero(active)
+        x = contexts[rows, arms[rows]]
+        y = rewards[rows]
+        outer = x[:, :, None] * x[:, None, :]
+        self.gram[rows] += outer
+        self.buffer_gram[rows] += outer
+        self.buffer_count[rows] += 1
+        if math.isfinite(self.threshold):  # alone, a client never needs its data again
+            self._store(rows, x, y)
+        eye = self.shift * np.eye(self.spec.dim)
+        trigger = np.zeros(self.env.num_clients, dtype=bool)
+        if math.isfinite(self.threshold) and len(rows):
+            growth = _logdet(self.gram[rows] + eye) - _logdet(
+                self.gram[rows] - self.buffer_gram[rows] + eye
+            )
+            trigger[rows] = growth * self.buffer_count[rows] >= self.threshold
+        local = ~trigger[rows]
+        self._ons_step(rows[local], x[local], y[local])
+        self.trigger = trigger
+        return Message(
+            "trigger",
+            message.round,
+            message.client_ids,
+            {"trigger": trigger},
+            sparse={"trigger": "trigger"},
+            meta=self._meta(),
+        )
+
+    def _store(self, rows: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        """Append each row's sample to its data (capacity doubled when full)."""
+        if len(rows) and self.data_count[rows].max() >= self.data_x.shape[1]:
+            capacity = max(64, 2 * self.data_x.shape[1])
+            n, d = self.data_x.shape[0], self.spec.dim
+            grown_x, grown_y = np.zeros((n, capacity, d)), np.zeros((n, capacity))
+            grown_x[:, : self.data_x.shape[1]] = self.data_x
+            grown_y[:, : self.data_y.shape[1]] = self.data_y
+            self.data_x, self.data_y = grown_x, grown_y
+        slot = self.data_count[rows]
+        self.data_x[rows, slot] = x
+        self.data_y[rows, slot] = y
+        self.data_count[rows] += 1
+
+    def _ons_step(self, rows: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        """One online Newton step of each of the ``rows`` on its new sample (x, y)."""
+        if len(rows) == 0:
+            return
+        p, c = self.params, self.c_mu
+        z = (x * self.theta_ons[rows]).sum(axis=1)
+        self.target[rows] += z[:, None] * x
+        self.sum_z2[rows] += z * z
+        inverse = self.inverse[rows]
+        tmp = np.einsum("nde,ne->nd", inverse, x)
+        inverse = (
+            inverse - tmp[:, :, None] * tmp[:, None, :] / (1 + (x * tmp).sum(axis=1))[:, None, None]
+        )
+        self.inverse[rows] = inverse
+        grad = link_mean(p.link, z) - y
+        direction = np.einsum("nde,ne->nd", inverse, x)
+        candidate = self.theta_ons[rows] - (grad / c)[:, None] * direction
+        if p.projection == "ball":
+            metric = self.gram[rows] + self.shift * np.eye(self.spec.dim)
+            candidate = project_to_ball(candidate, metric, p.theta_bound)
+        self.theta_ons[rows] = candidate
+        self.theta_ridge[rows] = np.einsum("nde,ne->nd", inverse, self.target[rows])
+        self.bound_b2[rows] += 0.5 / c * grad * grad * (x * direction).sum(axis=1)
+        self.beta_local[rows] = local_beta(
+            self.bound_b2[rows], c, p.reward_bound, self.spec.num_clients, p.delta
+        )
+
+    # --- the global update --------------------------------------------------------------------
+
+    def _collect(self, message: Message) -> Message:
+        """Every client uploads dA and n_buf since its last sync, and empties its buffer."""
+        fields = {"gram_delta": self.buffer_gram.copy(), "count_delta": self.buffer_count.copy()}
+        self.buffer_gram[:] = 0.0
+        self.buffer_count[:] = 0
+        return Message("upload", message.round, message.client_ids, fields, meta=self._meta())
+
+    def _evaluate(self, message: Message) -> Message:
+        """``gradient``: sum_i (mu(x_i^T x) - y_i) x_i over each client's data; ``finish``:
+        sum_i (x_i^T x)^2. Padding rows are zero and add nothing."""
+        point = message.fields["point"]
+        used = int(self.data_count.max(initial=0))
+        data_x, data_y = self.data_x[:, :used], self.data_y[:, :used]
+        z = (data_x * point[:, None, :]).sum(axis=2)
+        if message.kind == "finish":
+            fields = {"sumsq": (z * z).sum(axis=1)}
+            return Message("sumsq", message.round, message.client_ids, fields, meta=self._meta())
+        filled = np.arange(used)[None, :] < self.data_count[:, None]
+        residual = np.where(filled, link_mean(self.params.link, z) - data_y, 0.0)
+        gradient = (data_x * residual[:, :, None]).sum(axis=1)
+        fields = {"gradient": gradient}
+        return Message("gradient", message.round, message.client_ids, fields, meta=self._meta())
+
+    def _meta(self) -> dict[str, np.ndarray]:
+        """The pulls so far (a measurement: where the exchange stands on the regret curve)."""
+        return {"pulls": self.env.pulls.copy()}
+
+    def _download(self, message: Message) -> None:
+        """A = A_g - lambda/c_mu I, b = A x, A_inv = A_g^-1, theta_ridge = A_inv b,
+        theta_ONS = x, and the global confidence parts (``updateParameters``)."""
+        rows = np.flatnonzero(message.fields["receive"])
+        if len(rows) == 0:
+            return
+        gram_g = message.fields["gram"][rows]
+        point = message.fields["center"][rows]
+        bound_b2, beta_global, sum_z2 = message.fields["confidence"][rows].T
+        own = gram_g - self.shift * np.eye(self.spec.dim)
+        self.gram[rows] = own
+        self.target[rows] = np.einsum("nde,ne->nd", own, point)
+        self.inverse[rows] = np.linalg.inv(gram_g)
+        self.theta_ridge[rows] = np.einsum("nde,ne->nd", self.inverse[rows], self.target[rows])
+        self.theta_ons[rows] = point
+        self.bound_b2[rows] = bound_b2
+        self.beta_local[rows] = bound_b2
+        self.beta_global[rows] = beta_global
+        self.sum_z2[rows] = sum_z2
+
+    def quiet(self, reply: Message) -> bool:
+        """No trigger: the server's next message is an empty round."""
+        return reply.kind == "trigger" and not reply.fields["trigger"].any()
+
+    def steps_left(self) -> int:
+        return int(self.env.horizon - self.env.round)
+
+
+class FedGLBServer(ServerLogic):
+    """Keeps A_g (lambda/c_mu I + every uploaded dA), n and the last global x; runs a global update
+    (collect, AGD exchanges, finish) after any round with a trigger, and sends its result with the
+    next round."""
+
+    def __init__(self, spec: ProblemSpec, params: FedGLBParams) -> None:
+        self.spec, self.params = spec, params
+        d = spec.dim
+        self.c_mu = params.c_mu or link_slope(params.link, params.theta_bound)
+        self.gram = params.regularization / self.c_mu * np.eye(d)
+        self.count = 0
+        self.point = np.zeros(d)  # the last global x
+        self.clients = spec.client_ids.copy()
+        self.rounds_done = 0
+        self.exchange = 0
+        self.stage = "rounds"  # or "collect", "gradient", "finish"
+        self.download: np.ndarray | None = None  # (B2, beta_global, sum_z2) to send
+        # the AGD in progress
+        self.iterate = np.zeros(d)
+        self.previous = np.zeros(d)
+        self.momentum = (0.0, 1.0, 1.0)
+        self.step_size = 0.0
+        self.iterations = 0
+        self.max_iterations = 0
+        self.gradient_sum = np.zeros(d)
+        #: measurements for the seed's report
+        self.global_updates = 0
+        self.agd_iterations = 0
+
+    def configure(self) -> Message | None:
+        ids = self.clients
+        n = len(ids)
+        self.exchange += 1
+        if self.stage == "collect":
+            return Message("collect", self.exchange - 1, ids, {"request": np.ones(n, dtype=bool)})
+        if self.stage in ("gradient", "finish"):
+            fields = {"point": broadcast(self.iterate, n)}
+            return Message(self.stage, self.exchange - 1, ids, fields)
+        if self.rounds_done >= self.spec.horizon:
+            return None
+        self.rounds_done += 1
+        if self.download is None:
+            return Message("round", self.exchange - 1, ids, {})
+        fields = {
+            "gram": broadcast(self.gram, n),
+            "center": broadcast(self.point, n),
+            "confidence": broadcast(self.download, n),
+            "receive": np.ones(n, dtype=bool),
+        }
+        self.download = None
+        return Message("round", self.exchange - 1, ids, fields, known=frozenset({"receive"}))
+
+    def aggregate(self, reply: Message) -> None:
+        if reply.round != self.exchange - 1:
+            raise RuntimeError(f"reply for exchange {reply.round}, expected {self.exchange - 1}")
+        if reply.kind == "trigger":
+            if reply.fields["trigger"].any():
+                self.stage = "collect"
+        elif reply.kind == "upload":
+            self._start(reply)
+        elif reply.kind == "gradient":
+            self._descend(reply.fields["gradient"].sum(axis=0))
+        elif reply.kind == "sumsq":
+            self._finish(float(reply.fields["sumsq"].sum(axis=0)))
+        else:
+            raise RuntimeError(f"unexpected reply kind {reply.kind!r}")
+
+    def _start(self, reply: Message) -> None:
+        """Fold the uploads into A_g and n; the AGD starts at 0 (or the last x)."""
+        self.gram = self.gram + reply.fields["gram_delta"].sum(axis=0)
+        self.count += int(reply.fields["count_delta"].sum(axis=0))
+        start = self.point if self.params.warm_start else np.zeros(self.spec.dim)
+        self.iterate, self.previous = start.copy(), start.copy()
+        self.momentum = (0.0, 1.0, 1.0)
+        self.step_size = 0.1 / (0.25 + self.params.regularization / self.count)
+        self.iterations = 0
+        self.max_iterations = self.params.max_iterations or 2 * self.count
+        self.stage = "gradient"
+        self.global_updates += 1
+
+    def _descend(self, data_gradient: np.ndarray) -> None:
+        """grad f(x) = (sum of the clients' gradients + lambda x) / n; stop when ||grad f|| <=
+        sqrt(2 lambda / n^3) or after ``max_iterations`` steps, else one ``agd_step``."""
+        lam, n = self.params.regularization, self.count
+        self.gradient_sum = data_gradient + lam * self.iterate
+        gradient = self.gradient_sum / n
+        self.agd_iterations += 1
+        if np.linalg.norm(gradient) <= math.sqrt(2 * lam / n**3):
+            self.stage = "finish"
+            return
+        self.iterate, self.previous, self.momentum = agd_step(
+            self.iterate, self.previous, gradient, self.step_size, self.momentum
+        )
+        self.iterations += 1
+        if self.iterations >= self.max_iterations:
+            self.stage = "finish"
+
+    def _finish(self, sum_z2: float) -> None:
+        """The confidence parts at the final x; every client downloads with the next round."""
+        b2, beta = global_confidence(
+            self.gradient_sum, self.gram, self.iterate, self.count, self.params, self.c_mu
+        )
+        self.point = self.iterate.copy()
+        self.download = np.array([b2, beta, sum_z2])
+        self.stage = "rounds"
+
+    def report(self) -> dict[str, Any]:
+        """How many global updates ran and how many AGD gradient exchanges they took."""
+        return {"global_updates": self.global_updates, "agd_iterations": self.agd_iterations}
+
+
+def _fedglb_client(spec: ProblemSpec, params: FedGLBParams, env: Any, sync: bool) -> FedGLBClient:
+    return FedGLBClient(spec, params, environment_of(env, ContextualEnvironment), sync)
+
+
+def glm_bytes_per_client(problem: ProblemSpec) -> float:
+    """A client's data (x, y for every pull, capacity up to twice the pulls) and its d x d
+    matrices, on top of the contextual environment's chunk."""
+    pulls = 2 * problem.horizon
+    return contextual_bytes_per_client(problem) + 8.0 * (
+        pulls * (problem.dim + 1) + 4 * problem.dim**2
+    )
+
+
+#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+FEDGLB_UCB: AlgorithmSpec[Any] = AlgorithmSpec(
+    name="fedglb_ucb",
+    description="FedGLB-UCB: local ONS, log-det trigger, global AGD (Li & Wang 2022)",
+    params=FedGLBParams,
+    make_server=lambda spec, p: FedGLBServer(spec, p),
+    make_client=lambda spec, p, env: _fedglb_client(spec, p, env, sync=True),
+    needs_shared_parameter=True,
+    contextual=True,
+    needs_reward_link=True,
+    memory_per_client=glm_bytes_per_client,
+)
+ONS_GLM: AlgorithmSpec[Any] = AlgorithmSpec(
+    name="ons_glm",
+    description="ONS-GLM-UCB alone per client: FedGLB-UCB's local rule, never syncing",
+    params=OnsGLMParams,
+    make_server=lambda spec, p: FedGLBServer(spec, p),
+    make_client=lambda spec, p, env: _fedglb_client(spec, p, env, sync=False),
+    needs_shared_parameter=True,
+    contextual=True,
+    needs_reward_link=True,
+    memory_per_client=glm_bytes_per_client,
+)
