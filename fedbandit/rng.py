@@ -25,6 +25,8 @@ PRIVACY_DOMAIN = 3
 #: The single rewards of a block of pulls given their sum, for a learner that clips each reward
 #: (``BanditEnvironment.clip_block_rewards``).
 REWARD_DETAIL_DOMAIN = 4
+#: The draws of a randomised policy's arms (FedIGW's inverse gap weighting).
+EXPLORATION_DOMAIN = 5
 
 
 def run_entropy(base_seed: int, seed_index: int) -> list[int]:

@@ -128,28 +128,33 @@ def test_hlinucb_gives_the_same_results_on_flower_sim():
         assert results[0].totals == local.totals and local.totals["uplink_scalars"] > 0
 
 
-def test_fedglb_ucb_gives_the_same_results_on_flower_sim():
-    """FedGLB-UCB's global updates (collect, AGD exchanges, finish) and ons_glm over 2 Flower
-    nodes: regret and communication of the in-process runs."""
+@pytest.mark.parametrize(
+    ("experiment", "names", "counter"),
+    [
+        ("fed_glm_tiny", ("fedglb_ucb", "ons_glm"), "global_updates"),
+        ("fed_igw_tiny", ("fedigw",), "epochs_trained"),
+    ],
+)
+def test_newer_baselines_give_the_same_results_on_flower_sim(experiment, names, counter):
+    """FedGLB-UCB's global updates (collect, AGD exchanges, finish), ons_glm, and FedIGW's
+    exploration draws and FedAvg rounds over 2 Flower nodes: regret, communication and the
+    server's report of the in-process runs."""
     from fedbandit.flower.simulation import simulate_flower_seeds
     from fedbandit.registry import build_instance
 
     options = RuntimeOptions(runtime="flower-sim", nodes=2)
-    experiment = load_experiment("fed_glm_tiny", ["horizon=60", "seeds=1"])
-    specs = [
-        RunSpec(experiment=experiment, algorithm=name, seed=0, options=options)
-        for name in ("fedglb_ucb", "ons_glm")
-    ]
+    config = load_experiment(experiment, ["horizon=60", "seeds=1"])
+    specs = [RunSpec(experiment=config, algorithm=name, seed=0, options=options) for name in names]
     results: list = []
     simulate_flower_seeds(specs, lambda _, result, kept=results: kept.append(result) or True)
     for spec, result in zip(specs, results, strict=True):
         local = simulate(
-            build_instance(experiment.instance), spec.algorithm, 60, spec.entropy,
-            experiment.hyperparameters(spec.algorithm),
+            build_instance(config.instance), spec.algorithm, 60, spec.entropy,
+            config.hyperparameters(spec.algorithm),
         )  # fmt: skip
         np.testing.assert_array_equal(result.regret.increment_diff, local.regret.increment_diff)
         assert result.totals == local.totals and result.report == local.report
-    assert results[0].report["global_updates"] > 0 and results[0].totals["uplink_scalars"] > 0
+    assert results[0].report[counter] > 0 and results[0].totals["uplink_scalars"] > 0
 
 
 def test_authors_code_gives_the_same_results_on_flower_sim():
