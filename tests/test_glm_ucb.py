@@ -20,6 +20,7 @@ from step_recorder import record_steps
 from fedbandit.algorithms.glm_ucb import (
     FedGLBParams,
     agd_step,
+    client_sums,
     global_confidence,
     link_slope,
     local_beta,
@@ -391,6 +392,47 @@ def test_communication_counted_by_hand():
     triggers = frame[frame.kind == "trigger"]
     assert scalars["trigger", "uplink"] >= updates  # one bit per client that triggered
     assert (triggers.scalars > 0).sum() == updates  # a round with a trigger starts an update
+
+
+def _global_updates(arrival: str, group_size: int | None, **extra) -> list[np.ndarray]:
+    """Every global update's broadcast (A_g, x, B2, beta_global, sum z^2) of one run."""
+    instance = _instance(arrival, **extra)
+    server, groups = build_federation(instance, "fedglb_ucb", 300, [2, 6], group_size=group_size)
+    sent: list[np.ndarray] = []
+    finish = server._finish
+
+    def recording(sum_z2):
+        finish(sum_z2)
+        sent.append(np.concatenate([server.gram.ravel(), server.point, server.download]))
+
+    server._finish = recording
+    run_federation(server, InProcessRuntime(groups))
+    return sent
+
+
+@pytest.mark.parametrize(
+    ("arrival", "extra"), [("sequential", {}), ("synchronous", {"participation": 0.6})]
+)
+def test_global_updates_do_not_depend_on_client_grouping(arrival, extra):
+    """Bit for bit, including sum z^2 and the gradients, which sum each client's samples over
+    arrays padded to the group's largest sample count."""
+    runs = [_global_updates(arrival, g, **extra) for g in (None, 2, 1)]
+    assert len(runs[0]) >= 5
+    for other in runs[1:]:
+        assert len(other) == len(runs[0])
+        for mine, theirs in zip(other, runs[0], strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+
+
+def test_client_sums_ignore_padding():
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((3, 300))
+    count = np.array([300, 137, 0])
+    padded = np.where(np.arange(300) < count[:, None], values, 0.0)
+    sums = client_sums(padded, count)
+    for n in range(3):
+        assert sums[n] == client_sums(values[n : n + 1, : count[n]], count[n : n + 1])[0]
+    assert sums[2] == 0.0
 
 
 # --- seed-averaged ------------------------------------------------------------------------------

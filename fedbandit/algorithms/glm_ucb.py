@@ -50,8 +50,11 @@ Where ours differs from the code:
   d^2 + d + 1 per client per download; ours counts every message, the trigger bits, ``finish``
   and the one-scalar ``collect`` request.
 
-The link is logistic (the code's ``sigmoid``) or probit; both use the GLM score (mu(z) - y) x.
-c_mu defaults to mu'(S), the script's ``dsigmoid(S)``.
+The model's link is the instance's unless ``link`` says otherwise: logistic (the code's
+``sigmoid``) or probit. Both use the GLM score (mu(z) - y) x, which is the gradient of the negative
+log-likelihood for the logistic link only: with probit the AGD solves the GLM's quasi-likelihood
+equation, not the probit likelihood, and the code's stopping rule keeps its form. c_mu defaults to
+mu'(S), the script's ``dsigmoid(S)``.
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ class FedGLBParams(Hyperparameters):
 
     - ``regularization``: lambda (2); ``delta``: confidence (0.01); ``theta_bound``: S (1);
       ``reward_bound``: R, the rewards' sub-Gaussian constant (0.5 for rewards in [0, 1]);
-    - ``link``: the model's link; ``c_mu``: the lower bound on mu' (default mu'(S));
+    - ``link``: the model's link (default: the instance's); ``c_mu``: the lower bound on mu'
+      (default mu'(S));
     - ``width_scale``: s in alpha_t = s sqrt(...) (0.1); ``width``: a fixed alpha_t instead;
     - ``threshold``: D of the sync trigger (default T / (M d ln(M T)), T the rounds; inf never
       syncs);
@@ -91,7 +95,7 @@ class FedGLBParams(Hyperparameters):
     delta: float = Field(0.01, gt=0, lt=1)
     theta_bound: float = Field(1.0, gt=0)
     reward_bound: float = Field(0.5, gt=0)
-    link: Link = "logistic"
+    link: Link | None = None
     c_mu: float | None = Field(None, gt=0, le=1)
     width_scale: float = Field(0.1, ge=0)
     width: float | None = Field(None, ge=0)
@@ -103,6 +107,22 @@ class FedGLBParams(Hyperparameters):
 
 class OnsGLMParams(FedGLBParams):
     """``ons_glm``: FedGLB-UCB's constants; the clients never sync (``threshold`` is ignored)."""
+
+
+def model_link(params: FedGLBParams, spec: ProblemSpec) -> str:
+    """The link the algorithm models: ``params.link``, else the instance's, else logistic."""
+    return params.link or spec.reward_link or "logistic"
+
+
+def client_sums(values: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """sum_{l < count_n} values[n, l] per client n, added in sample order whatever the padding
+    beyond count_n (a running sum, so the result never depends on how many clients share the
+    array): (n, L, ...) -> (n, ...)."""
+    if values.shape[1] == 0:
+        return np.zeros((values.shape[0], *values.shape[2:]))
+    running = np.cumsum(values, axis=1)
+    last = running[np.arange(len(count)), np.maximum(count - 1, 0)]
+    return np.where(np.reshape(count > 0, (-1,) + (1,) * (values.ndim - 2)), last, 0.0)
 
 
 def link_mean(link: str, z: np.ndarray) -> np.ndarray:
@@ -235,7 +255,6 @@ class FedGLBClient(ClientLogic):
         "data_x",
         "data_y",
         "data_count",
-        "trigger",
     )
 
     env: ContextualEnvironment
@@ -246,7 +265,8 @@ class FedGLBClient(ClientLogic):
         super().__init__(env)
         self.spec, self.params = spec, params
         n, d = env.num_clients, spec.dim
-        self.c_mu = params.c_mu or link_slope(params.link, params.theta_bound)
+        self.link = model_link(params, spec)
+        self.c_mu = params.c_mu or link_slope(self.link, params.theta_bound)
         self.shift = params.regularization / self.c_mu  # lambda / c_mu
         rounds = round_of_step(env.instance, env.horizon - 1)
         self.threshold = math.inf
@@ -270,7 +290,6 @@ class FedGLBClient(ClientLogic):
         self.data_x = np.zeros((n, 0, d))
         self.data_y = np.zeros((n, 0))
         self.data_count = np.zeros(n, dtype=np.int64)
-        self.trigger = np.zeros(n, dtype=bool)
 
     # --- rounds -------------------------------------------------------------------------------
 
@@ -330,7 +349,6 @@ class FedGLBClient(ClientLogic):
             trigger[rows] = growth * self.buffer_count[rows] >= self.threshold
         local = ~trigger[rows]
         self._ons_step(rows[local], x[local], y[local])
-        self.trigger = trigger
         return Message(
             "trigger",
             message.round,
@@ -368,7 +386,7 @@ class FedGLBClient(ClientLogic):
             inverse - tmp[:, :, None] * tmp[:, None, :] / (1 + (x * tmp).sum(axis=1))[:, None, None]
         )
         self.inverse[rows] = inverse
-        grad = link_mean(p.link, z) - y
+        grad = link_mean(self.link, z) - y
         direction = np.einsum("nde,ne->nd", inverse, x)
         candidate = self.theta_ons[rows] - (grad / c)[:, None] * direction
         if p.projection == "ball":
@@ -392,17 +410,16 @@ class FedGLBClient(ClientLogic):
 
     def _evaluate(self, message: Message) -> Message:
         """``gradient``: sum_i (mu(x_i^T x) - y_i) x_i over each client's data; ``finish``:
-        sum_i (x_i^T x)^2. Padding rows are zero and add nothing."""
+        sum_i (x_i^T x)^2; both summed in sample order (``client_sums``)."""
         point = message.fields["point"]
         used = int(self.data_count.max(initial=0))
         data_x, data_y = self.data_x[:, :used], self.data_y[:, :used]
         z = (data_x * point[:, None, :]).sum(axis=2)
         if message.kind == "finish":
-            fields = {"sumsq": (z * z).sum(axis=1)}
+            fields = {"sumsq": client_sums(z * z, self.data_count)}
             return Message("sumsq", message.round, message.client_ids, fields, meta=self._meta())
-        filled = np.arange(used)[None, :] < self.data_count[:, None]
-        residual = np.where(filled, link_mean(self.params.link, z) - data_y, 0.0)
-        gradient = (data_x * residual[:, :, None]).sum(axis=1)
+        residual = link_mean(self.link, z) - data_y
+        gradient = client_sums(data_x * residual[:, :, None], self.data_count)
         fields = {"gradient": gradient}
         return Message("gradient", message.round, message.client_ids, fields, meta=self._meta())
 
@@ -446,7 +463,7 @@ class FedGLBServer(ServerLogic):
     def __init__(self, spec: ProblemSpec, params: FedGLBParams) -> None:
         self.spec, self.params = spec, params
         d = spec.dim
-        self.c_mu = params.c_mu or link_slope(params.link, params.theta_bound)
+        self.c_mu = params.c_mu or link_slope(model_link(params, spec), params.theta_bound)
         self.gram = params.regularization / self.c_mu * np.eye(d)
         self.count = 0
         self.point = np.zeros(d)  # the last global x
