@@ -117,6 +117,14 @@ def test_lost_node_under_abort_ends_the_whole_command(deployment, tmp_path):
     }  # fmt: skip
     assert "4-5" in manifest["stopped"]
     assert (tmp_path / "out" / "summary.json").is_file()
+    # The aborted seed keeps the results so far: the survivors' regret, short of the horizon.
+    seed = tmp_path / "out" / "runs" / "fedpe"
+    info = read_json(seed / "seed_0.json")
+    assert info["status"] == "aborted"
+    assert "4-5" in info["failure"] and "no reply" in info["failure"]
+    clients = pd.read_csv(seed / "seed_0.clients.csv")
+    assert clients["client_id"].tolist() == [0, 1, 2, 3]
+    assert (clients["pulls"] < 256).all()
 
 
 def test_lost_node_under_drop_later_runs_use_the_live_nodes(deployment, tmp_path):
@@ -142,6 +150,16 @@ def test_lost_node_under_drop_later_runs_use_the_live_nodes(deployment, tmp_path
     assert manifest["status"] == "complete"
     assert list(manifest["dropped_clients"]) == ["fedpe/seed_0"]
     assert set(manifest["dropped_clients"]["fedpe/seed_0"]) == {"4", "5"}
+    # The first run finished without the lost clients and addressed no message to them after.
+    seed = out / "runs" / "fedpe"
+    info = read_json(seed / "seed_0.json")
+    assert info["status"] == "complete"
+    assert set(info["dropped"]) == {"4", "5"}
+    clients = pd.read_csv(seed / "seed_0.clients.csv")
+    assert clients["client_id"].tolist() == [0, 1, 2, 3]
+    assert (clients["pulls"] == 256).all()
+    comm = pd.read_csv(seed / "seed_0.comm.csv")
+    assert comm[comm["direction"] == "downlink"].iloc[-1]["messages"] <= 4
     for suffix in ("regret", "comm", "clients"):
         name = f"runs/fedpe_enhanced/seed_0.{suffix}.csv"
         pd.testing.assert_frame_equal(pd.read_csv(local / name), pd.read_csv(out / name))

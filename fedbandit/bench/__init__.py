@@ -410,7 +410,7 @@ def bench_privacy(quick: bool = False) -> dict[str, Any]:
     """Seconds per seed of ``private_fedlinucb`` (silo LDP, eps = 1, delta = 0.01) against its
     non-private schedule ``batched_fedlinucb``, interleaved, best of 3, at the authors' synthetic
     sizes (``Fed_Lin_Bandit.py``: M = 100 silos, K = 100 arms, d = 10, B = 25, unit contexts;
-    T = 10,000 there and here, 500 quick); and ``private_fedpe`` against ``fedpe``
+    T = 10,000 there and here; 500 and one round quick); and ``private_fedpe`` against ``fedpe``
     (``_bench_private_fedpe``)."""
     horizon = 500 if quick else 10_000
     instance = contextual_instance(
@@ -423,7 +423,7 @@ def bench_privacy(quick: bool = False) -> dict[str, Any]:
     runs = {"batched_fedlinucb": {}, "private_fedlinucb": private}
     simulate(instance, "private_fedlinucb", 50, [0, 0], private)  # compile and import first
     seconds: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(3):
+    for _ in range(1 if quick else 3):
         for name, params in runs.items():
             seconds[name].append(simulate(instance, name, horizon, [0, 0], params).seconds)
     best = {name: min(values) for name, values in seconds.items()}
@@ -444,8 +444,8 @@ def bench_privacy(quick: bool = False) -> dict[str, Any]:
 def _bench_private_fedpe(quick: bool) -> dict[str, Any]:
     """Seconds per seed of ``private_fedpe`` (eps = 1, delta = 0.01, R = 4) against ``fedpe``,
     interleaved, best of 5, on the paper's synthetic instance (M = 100, K = 10, d = 3,
-    T = 2^17; 2^12 quick); and of ``private_fedpe`` with ``noise = false``, to separate the
-    clipping (one normal draw per pull) from the noise."""
+    T = 2^17; 2^12 and one round quick); and of ``private_fedpe`` with ``noise = false``, to
+    separate the clipping (one normal draw per pull) from the noise."""
     horizon = 2**12 if quick else 2**17
     instance = paper_synthetic(PaperSyntheticParams())
     private = {"epsilon": 1.0, "delta": 0.01, "reward_bound": 4.0}
@@ -456,7 +456,7 @@ def _bench_private_fedpe(quick: bool) -> dict[str, Any]:
     ]
     simulate(instance, "private_fedpe", 64, [0, 0], private)  # compile and import first
     seconds: dict[str, list[float]] = {key: [] for key, _, _ in runs}
-    for _ in range(5):
+    for _ in range(1 if quick else 5):
         for key, name, params in runs:
             seconds[key].append(simulate(instance, name, horizon, [0, 0], params).seconds)
     best = {key: min(values) for key, values in seconds.items()}
@@ -587,7 +587,11 @@ def format_table(name: str, result: dict[str, Any]) -> str:
         )
     elif name == "privacy":
         rows = [
-            ("algorithm", "seconds/seed (best of 3)", "ratio"),
+            (
+                "algorithm",
+                f"seconds/seed ({'one run' if result['quick'] else 'best of 3'})",
+                "ratio",
+            ),
             ("batched_fedlinucb", f"{result['batched_seconds']:.2f}", "1.00"),
             (
                 "private_fedlinucb",
