@@ -222,8 +222,8 @@ def test_per_step_protocols_run_ahead_on_a_deployment(deployment, tmp_path):
     """Async-LinUCB, which talks every step with one client at a time, on two SuperNodes: each
     Flower round carries the steps up to the next communication event, and regret and
     communication equal the local run's, in far fewer rounds than steps. (DisLinUCB on a
-    deployment: ``test_bench_deploy.py``, byte-identical regret and communication, and the
-    secure-aggregation test below.)"""
+    deployment: byte-identical regret and communication records in bench deploy's step 5, run
+    by ``test_bench_deploy.py``; per-client records and totals under secure aggregation below.)"""
     experiment = [
         "contextual_tiny", "--seeds", "1", "--quiet", "--set", "horizon=300",
         "--set", 'algorithms=["async_linucb"]', "--set", "instance.num_clients=6",
@@ -403,10 +403,11 @@ def test_private_algorithms_on_a_deployment_as_locally(deployment, tmp_path):
 def test_secure_aggregation_on_three_supernodes_as_locally(deployment, tmp_path):
     """--secure-aggregation on three loopback SuperNodes (Flower's SecAgg+ between processes):
     DisLinUCB, a per-step protocol whose nodes run ahead between summed syncs, gives the local
-    run's regret and reports its secure exchanges with nothing clipped. (Fed-PE's summed phases
-    between processes are checked by ``fedbandit bench deploy``'s step 6 in
-    ``test_bench_deploy.py``; every algorithm's sums through Flower's workflow in
-    ``test_secure_aggregation.py``.)"""
+    run's regret, per-client records and totals, and reports its secure exchanges with nothing
+    clipped. (Fed-PE between processes: ``fedbandit bench deploy``'s step 6, run by
+    ``test_bench_deploy.py``, gives the plaintext deployment's regret under secure aggregation;
+    every supported algorithm against its local run through Flower's workflow and mod on
+    in-memory nodes: ``test_secure_aggregation.py``.)"""
     superlink = start_loopback(deployment, ["0-1", "2-3", "4-5"])
     experiment = [
         "contextual_tiny", "--seeds", "1", "--quiet", "--algorithms", "dislinucb",

@@ -155,6 +155,7 @@ def test_lost_node_under_drop_later_runs_use_the_live_nodes(deployment, tmp_path
     info = read_json(seed / "seed_0.json")
     assert info["status"] == "complete"
     assert set(info["dropped"]) == {"4", "5"}
+    assert info["dropped"] == manifest["dropped_clients"]["fedpe/seed_0"]
     clients = pd.read_csv(seed / "seed_0.clients.csv")
     assert clients["client_id"].tolist() == [0, 1, 2, 3]
     assert (clients["pulls"] == 256).all()

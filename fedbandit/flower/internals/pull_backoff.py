@@ -14,9 +14,9 @@ its task input, and which gives up on a message after ``OBJECT_WAIT_SECONDS`` (F
 or two hours). A message whose sender was killed while uploading its objects never completes, and
 the ServerApp pulls the replies of a round one message after another: waiting for the dead node's
 reply held back the live nodes' replies past the round's deadline, so that every node of the
-round was lost (seen in the lost-node tests of ``test_deployment_faults.py``); the ServerApp
-therefore waits at most a quarter of the round's deadline for one reply's objects
-(``object_wait_seconds``).
+round was lost (caught by a killed-node test with a 45 s round deadline; the lost-node tests of
+``test_deployment_faults.py`` cover it now); the ServerApp therefore waits at most a quarter of
+the round's deadline for one reply's objects (``object_wait_seconds``).
 ``FEDBANDIT_PULL_BACKOFF="FIRST,CAP"`` sets other waits; ``"flower"`` keeps Flower's (and its
 limit: for uploads slower than that). It uses a Flower internal, so it is pinned to Flower 1.42
 and refuses another version (``fedbandit.flower.internals.require_flower``).
