@@ -74,7 +74,11 @@ def test_privacy_benchmark_reports_the_measured_ratio():
     assert result["fedpe_overhead_ratio"] == pytest.approx(
         result["private_fedpe_seconds"] / result["fedpe_seconds"], rel=1e-12
     )
+    assert result["repeats"] == 1 and result["fedpe_repeats"] == 1  # quick: one timed run each
     table = format_table("privacy", result)
+    assert "seconds/seed (one run)" in table and "T=4096; one run)" in table
+    assert "best of" not in table
+    assert "best of 3" in format_table("privacy", {**result, "repeats": 3})
     assert "private_fedlinucb" in table and "private_fedpe" in table
 
 

@@ -422,8 +422,9 @@ def bench_privacy(quick: bool = False) -> dict[str, Any]:
     private = {"epsilon": 1.0, "delta": 0.01, "feature_bound": 1.0, "reward_bound": 2.0}
     runs = {"batched_fedlinucb": {}, "private_fedlinucb": private}
     simulate(instance, "private_fedlinucb", 50, [0, 0], private)  # compile and import first
+    repeats = 1 if quick else 3
     seconds: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(1 if quick else 3):
+    for _ in range(repeats):
         for name, params in runs.items():
             seconds[name].append(simulate(instance, name, horizon, [0, 0], params).seconds)
     best = {name: min(values) for name, values in seconds.items()}
@@ -436,6 +437,7 @@ def bench_privacy(quick: bool = False) -> dict[str, Any]:
         "batched_seconds": best["batched_fedlinucb"],
         "private_seconds": best["private_fedlinucb"],
         "overhead_ratio": best["private_fedlinucb"] / best["batched_fedlinucb"],
+        "repeats": repeats,
         **fedpe,
         "quick": quick,
     }
@@ -455,8 +457,9 @@ def _bench_private_fedpe(quick: bool) -> dict[str, Any]:
         ("clipping_only", "private_fedpe", {**private, "noise": False}),
     ]
     simulate(instance, "private_fedpe", 64, [0, 0], private)  # compile and import first
+    repeats = 1 if quick else 5
     seconds: dict[str, list[float]] = {key: [] for key, _, _ in runs}
-    for _ in range(1 if quick else 5):
+    for _ in range(repeats):
         for key, name, params in runs:
             seconds[key].append(simulate(instance, name, horizon, [0, 0], params).seconds)
     best = {key: min(values) for key, values in seconds.items()}
@@ -466,6 +469,7 @@ def _bench_private_fedpe(quick: bool) -> dict[str, Any]:
         "private_fedpe_seconds": best["private"],
         "clipping_only_seconds": best["clipping_only"],
         "fedpe_overhead_ratio": best["private"] / best["fedpe"],
+        "fedpe_repeats": repeats,
     }
 
 
@@ -480,6 +484,11 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "deploy": bench_deploy,
     "privacy": bench_privacy,
 }
+
+
+def _best_of(repeats: int) -> str:
+    """How a time was taken: "one run", or "best of N" runs."""
+    return "one run" if repeats == 1 else f"best of {repeats}"
 
 
 def format_table(name: str, result: dict[str, Any]) -> str:
@@ -589,7 +598,7 @@ def format_table(name: str, result: dict[str, Any]) -> str:
         rows = [
             (
                 "algorithm",
-                f"seconds/seed ({'one run' if result['quick'] else 'best of 3'})",
+                f"seconds/seed ({_best_of(result['repeats'])})",
                 "ratio",
             ),
             ("batched_fedlinucb", f"{result['batched_seconds']:.2f}", "1.00"),
@@ -601,7 +610,7 @@ def format_table(name: str, result: dict[str, Any]) -> str:
             ("", "", "target <= 1.20"),
             (
                 f"fedpe (M=100, K=10, d=3, T={result['fedpe_T']}; "
-                f"{'one run' if result['quick'] else 'best of 5'})",
+                f"{_best_of(result['fedpe_repeats'])})",
                 "",
                 "",
             ),
