@@ -19,7 +19,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from fedbandit._version import __version__
 
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {

@@ -21,8 +21,16 @@ import sys
 import threading
 from pathlib import Path
 
+from fedbandit._version import __version__
 from fedbandit.bench import BENCHMARKS, format_table
-from fedbandit.config import ExperimentConfig, available_experiments, load_experiment
+from fedbandit.config import (
+    EXPERIMENTS_VARIABLE,
+    ExperimentConfig,
+    available_experiments,
+    experiment_folders,
+    load_experiment,
+    shipped_folder,
+)
 from fedbandit.errors import ConfigError, FedbanditError, RunStoppedError
 from fedbandit.federation.runtime import FAILURE_POLICIES
 from fedbandit.flower.certs import add_cli as add_keys_command
@@ -51,13 +59,21 @@ def _cmd_list(args: argparse.Namespace) -> int:
     import tomllib
 
     experiments = available_experiments()
+    folders = experiment_folders()
     if not experiments:
-        print("no experiments found")
+        print(f"no experiments found in {', '.join(str(folder) for folder in folders)}")
         return 1
     width = max(len(name) for name in experiments)
+    own = len(folders) > 1
     for name, path in experiments.items():
-        description = tomllib.loads(path.read_text()).get("description", "")
-        print(f"{name:<{width}}  {description}")
+        try:
+            description = str(tomllib.loads(path.read_text()).get("description", ""))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            description = f"(unreadable: {err})"
+        where = f"  [{path.parent}]" if own and path.parent != folders[-1] else ""
+        print(f"{name:<{width}}  {description}{where}")
+    if own:
+        print(f"(experiments shipped with fedbandit are in {folders[-1]})")
     return 0
 
 
@@ -83,6 +99,8 @@ def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
                 print(f"      {key} ({_type_name(field.annotation)}, {default}){about}")
         for name, error in sorted(registry.broken.items()):
             print(f"  {name}  [plugin failed to load: {error}]")
+    if show_instances:
+        print(f"data cards of the real-data kinds: {shipped_folder('datasets') / 'README.md'}")
     return 0
 
 
@@ -479,9 +497,39 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_experiments_option(parser: argparse.ArgumentParser, dest: str = "experiments") -> None:
+    parser.add_argument(
+        "--experiments",
+        dest=dest,
+        action="append",
+        type=Path,
+        metavar="DIR",
+        default=[],
+        help=f"a folder of your own NAME.toml experiments, searched before the shipped ones "
+        f"(repeatable; also ${EXPERIMENTS_VARIABLE}, folders separated by '{os.pathsep}')",
+    )
+
+
+def _use_experiment_folders(args: argparse.Namespace) -> None:
+    """Put the ``--experiments`` folders first in ``$FEDBANDIT_EXPERIMENTS``, where every later
+    lookup (and every worker process) finds them."""
+    folders = [*args.global_experiments, *getattr(args, "experiments", [])]
+    for folder in folders:
+        if not folder.is_dir():
+            raise ConfigError(
+                f"--experiments {folder}: no such folder (expected a folder of NAME.toml files)"
+            )
+    if folders:
+        earlier = os.environ.get(EXPERIMENTS_VARIABLE, "")
+        joined = os.pathsep.join(str(folder.resolve()) for folder in folders)
+        os.environ[EXPERIMENTS_VARIABLE] = joined + (os.pathsep + earlier if earlier else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="fedbandit", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"fedbandit {__version__}")
+    _add_experiments_option(parser, "global_experiments")
     sub = parser.add_subparsers(dest="command", required=True)
 
     listing = sub.add_parser(
@@ -493,10 +541,12 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument(
         "--instances", action="store_true", help="registered instance kinds and parameters"
     )
+    _add_experiments_option(listing)
     listing.set_defaults(func=_cmd_list)
 
     run = sub.add_parser("run", help="run a named experiment or a TOML file")
     run.add_argument("experiment", help="experiment name (see `fedbandit list`) or path")
+    _add_experiments_option(run)
     run.add_argument("--seeds", type=int, help="number of seeds (overrides the file)")
     run.add_argument("--workers", type=int, help="parallel processes (default: cores)")
     run.add_argument("--out", type=Path, help="results folder; an existing one is resumed")
@@ -597,6 +647,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep", help="a parameter study: every point of an experiment's [sweep] (or --grid)"
     )
     sweep.add_argument("experiment", help="experiment name or TOML path")
+    _add_experiments_option(sweep)
     sweep.add_argument(
         "--grid", action="append", metavar="KEY=V1,V2", help="vary a key (adds to [sweep])"
     )
@@ -639,6 +690,16 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _closed_pipe() -> int:
+    """The reader of standard output went away (``fedbandit list | head -3``): end quietly, as
+    Unix tools do, with SIGPIPE's status; later writes (the interpreter's final flush) go
+    nowhere instead of printing a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     process_defaults()
@@ -646,10 +707,13 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
     try:
         kernel_threads()  # a wrong FEDBANDIT_THREADS fails here, before any work starts
+        _use_experiment_folders(args)
         return args.func(args)
     except FedbanditError as err:
         print(f"fedbandit: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _closed_pipe()
     except KeyboardInterrupt:
         out = getattr(args, "out", None)
         hint = f" (rerun with --out {out} to resume)" if out else ""

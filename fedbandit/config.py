@@ -25,9 +25,36 @@ from pydantic import (
 from fedbandit.errors import ConfigError, describe_validation
 from fedbandit.registry import algorithms, instance_kinds
 
-EXPERIMENTS_DIR = Path(
-    os.environ.get("FEDBANDIT_EXPERIMENTS", Path(__file__).resolve().parents[1] / "experiments")
-)
+#: Folders of the user's own experiments, separated by ``os.pathsep``; searched before the
+#: experiments shipped with fedbandit (``fedbandit --experiments DIR`` prepends to it).
+EXPERIMENTS_VARIABLE = "FEDBANDIT_EXPERIMENTS"
+
+
+def shipped_folder(name: str) -> Path:
+    """A folder of data fedbandit ships (``experiments`` or ``datasets``): inside an installed
+    package it is ``fedbandit/_shipped/NAME`` (copied there by ``setup.py`` at build time); in a
+    checkout or an editable install it is the repository's top-level folder, the one source."""
+    package = Path(__file__).resolve().parent
+    installed = package / "_shipped" / name
+    return installed if installed.is_dir() else package.parent / name
+
+
+def experiment_folders() -> list[Path]:
+    """Where experiment names are looked up, first match wins: the folders of
+    ``$FEDBANDIT_EXPERIMENTS`` in order, then the experiments shipped with fedbandit. A listed
+    folder that does not exist is an error naming it."""
+    folders = []
+    for entry in os.environ.get(EXPERIMENTS_VARIABLE, "").split(os.pathsep):
+        if not entry.strip():
+            continue
+        folder = Path(entry).expanduser()
+        if not folder.is_dir():
+            raise ConfigError(
+                f"{EXPERIMENTS_VARIABLE}: experiment folder {folder} does not exist "
+                "(expected a folder of NAME.toml files)"
+            )
+        folders.append(folder)
+    return [*folders, shipped_folder("experiments")]
 
 
 __all__ = [
@@ -35,8 +62,11 @@ __all__ = [
     "ExperimentConfig",
     "PlotConfig",
     "SweepConfig",
+    "available_experiments",
     "describe_validation",
+    "experiment_folders",
     "load_experiment",
+    "shipped_folder",
 ]
 
 
@@ -141,12 +171,19 @@ class ExperimentConfig(BaseModel):
 
 
 def available_experiments() -> dict[str, Path]:
-    if not EXPERIMENTS_DIR.is_dir():
-        return {}
-    return {p.stem: p for p in sorted(EXPERIMENTS_DIR.glob("*.toml"))}
+    """Every experiment name and its file, sorted by name; a name in an earlier folder of
+    ``experiment_folders()`` shadows the same name in a later one."""
+    found: dict[str, Path] = {}
+    for folder in experiment_folders():
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.toml")):
+                found.setdefault(path.stem, path)
+    return dict(sorted(found.items()))
 
 
 def find_experiment(name_or_path: str) -> Path:
+    """The file of an experiment given by path (anything ending in ``.toml`` or that exists) or
+    by name (looked up in ``experiment_folders()``)."""
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
@@ -154,9 +191,11 @@ def find_experiment(name_or_path: str) -> Path:
         return path
     known = available_experiments()
     if name_or_path not in known:
+        searched = ", ".join(str(folder) for folder in experiment_folders())
         raise ConfigError(
-            f"no experiment named {name_or_path!r} in {EXPERIMENTS_DIR}; "
-            f"known: {', '.join(known) or 'none'}"
+            f"no experiment named {name_or_path!r} in {searched}; "
+            f"known: {', '.join(known) or 'none'} (a folder of your own: --experiments DIR "
+            f"or {EXPERIMENTS_VARIABLE})"
         )
     return known[name_or_path]
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from fedbandit._version import __version__
 from fedbandit.analysis import INTERVAL, checkpoint_times, curve_grid, interval_or_none
 from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError, DataError
@@ -101,6 +102,9 @@ def seed_done(run_dir: Path, algorithm: str, seed: int) -> bool:
 def package_versions() -> dict[str, str]:
     versions = {"python": sys.version.split()[0]}
     for name in PACKAGES:
+        if name == "fedbandit":  # the running code's own version, installed or not
+            versions[name] = __version__
+            continue
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -111,6 +115,8 @@ def package_versions() -> dict[str, str]:
 @functools.cache
 def git_commit() -> str | None:
     root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():  # an installed package: no checkout of its own
+        return None
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],

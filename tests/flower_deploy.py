@@ -43,6 +43,8 @@ class Deployment:
     example ``ip netns exec NAME ...``)."""
 
     root: Path
+    #: How ``fedbandit`` is started: this interpreter's by default, or an installed command.
+    command: list[str] = field(default_factory=lambda: list(FEDBANDIT))
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def start(
@@ -71,7 +73,7 @@ class Deployment:
         self.start(
             "superlink",
             [
-                *FEDBANDIT,
+                *self.command,
                 "superlink",
                 "--host",
                 host,
@@ -91,7 +93,7 @@ class Deployment:
         return self.start(
             name,
             [
-                *FEDBANDIT,
+                *self.command,
                 "supernode",
                 "--superlink",
                 superlink,

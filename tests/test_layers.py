@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "ground: mathematics and plumbing",
         (
+            "fedbandit._version",
             "fedbandit.errors",
             "fedbandit.rng",
             "fedbandit.state",
