@@ -314,16 +314,16 @@ def _commands(text: str) -> list[list[str]]:
 
 
 def test_printed_recipe_is_the_readmes_and_parses(tmp_path: Path) -> None:
-    """`fedbandit keys` prints the README's deployment commands: each parses with fedbandit's own
-    command line, uses the default ports, and has the same options as the README's command of
-    the same kind (paths and client ranges aside)."""
+    """`fedbandit keys` prints the deployment commands of docs/deployments.md: each parses with
+    fedbandit's own command line, uses the default ports, and has the same options as the docs'
+    command of the same kind (paths and client ranges aside)."""
     from fedbandit.cli import build_parser
 
     pki = certs.make_dev_pki(tmp_path / "pki", ["server.example"], ["node0", "node1"])
     printed = _commands(certs.next_steps(pki))
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Run across hosts") :]
-    documented = {argv[0]: argv for argv in _commands(section[: section.index("**Keys")])}
+    page = (Path(__file__).resolve().parents[1] / "docs" / "deployments.md").read_text()
+    section = page[page.index("## Run across hosts") :]
+    documented = {argv[0]: argv for argv in _commands(section[: section.index("### Keys")])}
     assert [argv[0] for argv in printed] == [
         "superlink", "register-node", "supernode", "supernode", "run",
     ]  # fmt: skip
