@@ -20,11 +20,11 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 export MPLBACKEND := Agg
 
-.PHONY: venv experiment test test-slow test-all bench lint list clean
+.PHONY: venv experiment test test-slow test-all bench lint list docs docs-serve dist clean
 
 venv: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -59,10 +59,24 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/fedbandit bench all
 
+# The documentation site, built strictly (a broken link, anchor or API reference fails) into
+# build/site; its code blocks run in `make test` (tests/test_docs.py).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir build/site
+
+docs-serve: $(STAMP)
+	$(BIN)/mkdocs serve
+
+# The sdist and the wheel in dist/, checked as an index would check them.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 lint: $(STAMP)
-	$(BIN)/ruff check fedbandit tests $(PLUGIN)
-	$(BIN)/ruff format --check fedbandit tests $(PLUGIN)
+	$(BIN)/ruff check fedbandit tests setup.py $(PLUGIN)
+	$(BIN)/ruff format --check fedbandit tests setup.py $(PLUGIN)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info $(PLUGIN)/src/*.egg-info
+	rm -rf $(VENV) build dist *.egg-info $(PLUGIN)/src/*.egg-info
