@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from fedbandit.algorithms.igw import (
     FedIGWParams,
@@ -16,6 +17,7 @@ from fedbandit.algorithms.igw import (
     local_training,
     sample_arms,
 )
+from fedbandit.config import load_experiment
 from fedbandit.contextual.instances import (
     ContextualParams,
     GLMContextualParams,
@@ -25,6 +27,7 @@ from fedbandit.contextual.instances import (
 from fedbandit.federation.run_ahead import RunAheadRuntime
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.simulation import build_federation, simulate
+from fedbandit.sweep import expand
 
 
 def _instance(arrival: str = "synchronous", setting: str = "disjoint", seed: int = 1):
@@ -89,6 +92,29 @@ def test_gamma_fixed_or_grown_with_the_data():
     assert igw_gamma(FedIGWParams(gamma=7000.0), 5, 3, 100.0) == 7000.0
     grown = igw_gamma(FedIGWParams(gamma_scale=2.0), 5, 3, 60.0)
     assert grown == pytest.approx(2.0 * math.sqrt(5 * 60 / 3))
+    named = igw_gamma(FedIGWParams(gamma="schedule", gamma_scale=2.0), 5, 3, 60.0)
+    assert named == grown  # "schedule" names the default rule, for a sweep beside fixed values
+    assert igw_gamma(FedIGWParams(gamma=0.0), 5, 3, 60.0) == 0.0
+    with pytest.raises(ValidationError, match="gamma must be >= 0"):
+        FedIGWParams(gamma=-1.0)
+    with pytest.raises(ValidationError):
+        FedIGWParams(gamma="fixed")
+
+
+def test_the_gamma_study_holds_the_authors_fixed_gamma_next_to_the_default():
+    """Issue 38: fed_igw_gamma runs the schedule's scales and the code's gamma = 7000, and a
+    "schedule" run is the default run, bit for bit, while 7000 plays differently."""
+    points = expand(load_experiment("fed_igw_gamma"))
+    shown = [
+        (p.values["params.fedigw.gamma"], p.values["params.fedigw.gamma_scale"]) for p in points
+    ]
+    assert shown[:5] == [("schedule", s) for s in (1.0, 4.0, 8.0, 16.0, 32.0)]
+    assert shown[5][0] == 7000.0
+    default = simulate(_instance(), "fedigw", 40, [0, 1], {})
+    named = simulate(_instance(), "fedigw", 40, [0, 1], {"gamma": "schedule"})
+    fixed = simulate(_instance(), "fedigw", 40, [0, 1], {"gamma": 7000.0})
+    np.testing.assert_array_equal(named.regret.client_regret, default.regret.client_regret)
+    assert not np.array_equal(fixed.regret.client_regret, default.regret.client_regret)
 
 
 def test_local_training_is_gradient_descent_on_the_epochs_samples():
