@@ -203,3 +203,34 @@ def test_the_harness_runs_skips_and_fails(tmp_path, monkeypatch):
     page.write_text("```python\nassert 1 == 2\n```\n")
     with pytest.raises(AssertionError):
         run_page(page, folder, with_slow=False)
+
+
+def test_the_command_line_reference_names_every_command_and_option():
+    """docs/reference/cli.md cannot fall behind the parser: every subcommand has a section
+    and every long option of it appears in that section (or, for global ones, the page)."""
+    import argparse
+
+    from fedbandit.cli import build_parser
+
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    parser = build_parser()
+    missing = [
+        option
+        for action in parser._actions
+        for option in action.option_strings
+        if option.startswith("--") and f"`{option}" not in page
+    ]
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, command in commands.choices.items():
+        sections = re.split(r"(?m)^#{2,3} ", page)
+        own = "\n".join(part for part in sections if f"`fedbandit {name}`" in part.split("\n")[0])
+        if not own:
+            missing.append(f"section for fedbandit {name}")
+            continue
+        missing += [
+            f"{name} {option}"
+            for action in command._actions
+            for option in action.option_strings
+            if option.startswith("--") and option != "--help" and f"`{option}" not in own
+        ]
+    assert missing == [], "not in docs/reference/cli.md"
