@@ -1,4 +1,5 @@
-"""Real-data problem instances; their data cards are in ``datasets/README.md`` (repository root).
+"""Real-data problem instances; their data cards are the repository's ``datasets/README.md``,
+shipped in the wheel (``fedbandit list --instances`` prints where).
 
 - ``movielens100k``: MovieLens-100K through the Fed-PE paper's pipeline (the user's own file);
 - ``sklearn``: scikit-learn's bundled classification sets (digits, wine, breast_cancer, iris);
