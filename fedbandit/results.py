@@ -46,6 +46,15 @@ if TYPE_CHECKING:
 
 PACKAGES = ("fedbandit", "numpy", "scipy", "cvxpy", "clarabel", "flwr", "pandas", "matplotlib")
 
+#: Totals that split ``rounds`` and the scalars into statistics and bookkeeping flags
+#: (``CommunicationLedger.totals``); summarised when every seed has them.
+BOOKKEEPING_TOTALS = (
+    "statistics_rounds",
+    "bookkeeping_rounds",
+    "uplink_bookkeeping_scalars",
+    "downlink_bookkeeping_scalars",
+)
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,6 +184,9 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         "units": {
             "final_regret": "R(T)/M: cumulative regret per client",
             "uplink_scalars, downlink_scalars, *_bytes, *_messages": "whole run, all clients",
+            "rounds": "exchanges that carried anything; statistics_rounds: those that carried "
+            "statistics, bookkeeping_rounds: those that carried only bookkeeping flags",
+            "*_bookkeeping_scalars": "the flags among the scalars (included in *_scalars)",
             "*_per_client": "whole run, per client",
         },
     }
@@ -204,6 +216,10 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         ):
             values = [i["totals"][key] for i in infos]
             entry[key] = int(values[0]) if len(set(values)) == 1 else float(np.mean(values))
+        for key in BOOKKEEPING_TOTALS:  # absent from seeds recorded before they were counted
+            if all(key in i["totals"] for i in infos):
+                values = [i["totals"][key] for i in infos]
+                entry[key] = int(values[0]) if len(set(values)) == 1 else float(np.mean(values))
         entry.update(privacy_entry(infos))
         clients = int(manifest["instance"]["num_clients"])
         for key in ("uplink_scalars", "downlink_scalars"):

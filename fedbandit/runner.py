@@ -803,7 +803,7 @@ def summary_table(summary: dict[str, Any]) -> str:
     """A plain-text table of the summary for the terminal."""
     header = (
         f"{'algorithm':<16}{'R(T)/M':>10}{'95% interval':>22}{'s/seed':>9}"
-        f"{'rounds':>8}{'up/client':>12}{'down/client':>13}{'epsilon':>9}"
+        f"{'rounds':>8}{'stats':>7}{'up/client':>12}{'down/client':>13}{'epsilon':>9}"
     )
     lines = [
         f"{summary['experiment']}: T = {summary['horizon']}, "
@@ -819,9 +819,11 @@ def summary_table(summary: dict[str, Any]) -> str:
         shown = "n/a (1 seed)" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
         clients = entry.get("uplink_scalars_per_client", float("nan"))
         down = entry.get("downlink_scalars_per_client", float("nan"))
+        stats = entry.get("statistics_rounds", "-")  # absent from seeds recorded before
         lines.append(
             f"{name:<16}{entry['final_regret_mean']:>10.2f}{shown:>22}"
-            f"{entry['seconds_per_seed']:>9.2f}{entry['rounds']:>8}{clients:>12.4g}{down:>13.4g}"
+            f"{entry['seconds_per_seed']:>9.2f}{entry['rounds']:>8}{stats:>7}"
+            f"{clients:>12.4g}{down:>13.4g}"
             + (f"{entry['epsilon']:>9.3g}" if "epsilon" in entry else f"{'-':>9}")
         )
         if "epsilon" in entry:
@@ -833,6 +835,10 @@ def summary_table(summary: dict[str, Any]) -> str:
     lines.append(
         "R(T)/M: cumulative regret per client at T (mean over seeds); interval: "
         "95% Student-t over seeds; up/down: scalars sent per client over the run"
+    )
+    lines.append(
+        "rounds: exchanges that carried anything; stats: those that carried statistics (the "
+        "others carried only bookkeeping flags: sync triggers, collect requests, joined flags)"
     )
     if private:
         lines.append(

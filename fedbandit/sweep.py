@@ -41,6 +41,7 @@ ROW_COLUMNS = [
     "seed",
     "final_regret",
     "rounds",
+    "statistics_rounds",
     "uplink_scalars",
     "downlink_scalars",
     "uplink_bytes",
@@ -148,7 +149,8 @@ def varied_keys(configs: Iterable[dict[str, Any]]) -> list[str]:
 
 def collect_table(run_dirs: Sequence[Path], keys: list[str] | None = None) -> pd.DataFrame:
     """One row per (run folder, algorithm, finished seed): the varied config keys (given, or
-    those that differ between the folders), final regret, rounds, communication, seconds."""
+    those that differ between the folders), final regret, rounds (and of them the statistics
+    rounds: ``CommunicationLedger.totals``), communication, seconds."""
     manifests = []
     for run_dir in run_dirs:
         path = Path(run_dir) / "manifest.json"
@@ -173,6 +175,8 @@ def collect_table(run_dirs: Sequence[Path], keys: list[str] | None = None) -> pd
                         "seed": seed,
                         "final_regret": info["final_regret"],
                         "rounds": totals["rounds"],
+                        # None in seeds recorded before the bookkeeping flags were told apart
+                        "statistics_rounds": totals.get("statistics_rounds"),
                         "uplink_scalars": totals["uplink_scalars"],
                         "downlink_scalars": totals["downlink_scalars"],
                         "uplink_bytes": totals["uplink_bytes"],

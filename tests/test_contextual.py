@@ -10,6 +10,8 @@ import pytest
 from fedbandit.contextual.environment import ContextualEnvironment
 from fedbandit.contextual.instances import ContextualParams, contextual_instance, top_two_gap
 from fedbandit.contextual.ridge import RidgeLearners, self_normalized_radius, sherman_morrison
+from fedbandit.federation.messages import Message
+from fedbandit.federation.runtime import CommunicationLedger
 from fedbandit.simulation import simulate
 
 
@@ -260,3 +262,66 @@ def test_balanced_draw_raises_the_diversity_constant():
     plain = contextual_instance(ContextualParams(num_arms=4, dim=3, seed=6))
     balanced = contextual_instance(ContextualParams(num_arms=4, dim=3, seed=6, balance_draws=32))
     assert balanced.diversity()["lambda_0"] > 10 * plain.diversity()["lambda_0"]
+
+
+def test_the_ledger_tells_statistics_from_bookkeeping_by_hand():
+    """Issue 38: 1-scalar flags (a trigger, a collect request, the joined flag) are counted as
+    communication, but an exchange that carries only flags is a bookkeeping round, not a
+    statistics round. Two clients, exchanges 0-4: 0 a trigger up (flags only), 1 a collect
+    (requests down, 4 statistics each up), 2 a download (4 each down) with a joined flag up,
+    3 a joined flag alone up, 4 nothing (not recorded)."""
+    ids = np.array([0, 1])
+    ledger = CommunicationLedger(bookkeeping_fields=frozenset({"trigger", "request", "joined"}))
+    empty = Message("round", 0, ids, {})
+    flags = np.array([True, False])
+    trigger = Message("trigger", 0, ids, {"trigger": flags}, sparse={"trigger": "trigger"})
+    ledger.record_exchange(empty, trigger)
+    request = Message("collect", 1, ids, {"request": np.ones(2, dtype=bool)})
+    ledger.record_exchange(request, Message("upload", 1, ids, {"gram_delta": np.ones((2, 4))}))
+    joined = Message("trigger", 2, ids, {"joined": ~flags}, sparse={"joined": "joined"})
+    ledger.record_exchange(Message("round", 2, ids, {"gram": np.ones((2, 4))}), joined)
+    alone = Message("trigger", 3, ids, {"joined": flags}, sparse={"joined": "joined"})
+    ledger.record_exchange(Message("round", 3, ids, {}), alone)
+    quiet = Message(
+        "trigger", 4, ids, {"trigger": ~np.ones(2, dtype=bool)}, sparse={"trigger": "trigger"}
+    )
+    ledger.record_exchange(Message("round", 4, ids, {}), quiet)
+    totals = ledger.totals()
+    assert (totals["rounds"], totals["statistics_rounds"], totals["bookkeeping_rounds"]) == (
+        4,
+        2,
+        2,
+    )
+    assert totals["uplink_scalars"] == 1 + 8 + 1 + 1
+    assert totals["uplink_bookkeeping_scalars"] == 3
+    assert totals["downlink_scalars"] == 2 + 8
+    assert totals["downlink_bookkeeping_scalars"] == 2
+    assert ledger.frame()["bookkeeping_scalars"].tolist() == [0, 1, 2, 0, 0, 1, 0, 1]
+
+
+def test_dislinucb_authors_code_flags_are_bookkeeping_not_syncs():
+    """Issue 38: with a threshold never reached, DisLinUCB sends no statistics in either mode;
+    ``authors_code`` still sends each client's joined flag once (3 clients, one per step in the
+    sequential order: 3 rounds), which are bookkeeping rounds, not statistics rounds. With
+    syncs, every sync is two statistics rounds (the collect's uploads, the download), the
+    trigger rounds bookkeeping, in both modes (fixed seed: 9 and 12 syncs)."""
+    instance = contextual_instance(
+        ContextualParams(
+            setting="shared", num_clients=3, num_arms=4, dim=3, arrival="sequential", seed=1
+        )
+    )
+    for fidelity, rounds in (("paper", 0), ("authors_code", 3)):
+        silent = simulate(
+            instance, "dislinucb", 60, [0, 1], {"fidelity": fidelity, "threshold": 1e12}
+        )
+        assert silent.totals["rounds"] == rounds
+        assert silent.totals["bookkeeping_rounds"] == rounds
+        assert silent.totals["statistics_rounds"] == 0
+        assert silent.totals["uplink_bookkeeping_scalars"] == silent.totals["uplink_scalars"]
+    for fidelity, syncs, rounds in (("paper", 9, 27), ("authors_code", 12, 33)):
+        result = simulate(instance, "dislinucb", 60, [0, 1], {"fidelity": fidelity})
+        frame = result.communication
+        assert frame[frame.kind == "collect"]["round"].nunique() == syncs
+        assert result.totals["statistics_rounds"] == 2 * syncs
+        assert result.totals["rounds"] == rounds
+        assert result.totals["bookkeeping_rounds"] == rounds - 2 * syncs

@@ -392,6 +392,10 @@ class FederatedRidgeServerBase(ServerLogic):
         """An exchange in which nobody pulls, to send before the next round; none by default."""
         return None
 
+    def bookkeeping_fields(self) -> frozenset[str]:
+        """``authors_code``'s joined flag: one scalar, once a client, no statistics."""
+        return frozenset({"joined"})
+
     def aggregate(self, reply: Message) -> None:
         if reply.round != self.exchange - 1:
             raise RuntimeError(f"reply for exchange {reply.round}, expected {self.exchange - 1}")
@@ -497,6 +501,11 @@ class DisLinUCBServer(FederatedRidgeServerBase):
     def secure_sums(self) -> dict[str, frozenset[str]]:
         """A sync's uploads are only added up: (dV, db) and, with ``authors_code``, the counts."""
         return {"collect": frozenset({"gram_delta", "target_delta", "count_delta"})}
+
+    def bookkeeping_fields(self) -> frozenset[str]:
+        """The clients' trigger flags and the server's collect request: a sync is counted as
+        the exchanges that carry statistics (the collect's uploads, the download)."""
+        return super().bookkeeping_fields() | {"trigger", "request"}
 
     def _interim(self, ids: np.ndarray) -> Message | None:
         if not self.collect:

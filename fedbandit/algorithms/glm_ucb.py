@@ -507,6 +507,10 @@ class FedGLBServer(ServerLogic):
         self.download = None
         return Message("round", self.exchange - 1, ids, fields, known=frozenset({"receive"}))
 
+    def bookkeeping_fields(self) -> frozenset[str]:
+        """The clients' trigger flags and the server's collect request (no statistics)."""
+        return frozenset({"trigger", "request"})
+
     def aggregate(self, reply: Message) -> None:
         if reply.round != self.exchange - 1:
             raise RuntimeError(f"reply for exchange {reply.round}, expected {self.exchange - 1}")

@@ -69,11 +69,12 @@ class Message:
     def num_clients(self) -> int:
         return len(self.client_ids)
 
-    def scalars_per_client(self) -> np.ndarray:
-        """Transmitted scalars for each addressed client, shape (n,)."""
+    def scalars_per_client(self, only: frozenset[str] | None = None) -> np.ndarray:
+        """Transmitted scalars for each addressed client, shape (n,); of the fields named in
+        ``only`` alone when it is given."""
         total = np.zeros(self.num_clients, dtype=np.int64)
         for name, value in self.fields.items():
-            if name not in self.known:
+            if name not in self.known and (only is None or name in only):
                 total += self._entries(name, value)
         return total
 

@@ -47,6 +47,16 @@ class ServerLogic(ABC):
         only some messages of a kind can be summed (Fed-PE's phase 0 reports stay per client)."""
         return self.secure_sums().get(message.kind, frozenset())
 
+    def bookkeeping_fields(self) -> frozenset[str]:
+        """The fields of this protocol's messages, in either direction, that are bookkeeping:
+        flags that steer the protocol (a client's sync trigger, the server's collect request,
+        ``authors_code``'s joined flag) and carry no statistics. They are counted as
+        communication like any field (messages, scalars, bytes, rounds), and the ledger also
+        reports them apart: an exchange that carried only bookkeeping is not a statistics round
+        (``CommunicationLedger.totals``), so protocols that send the same statistics with more or
+        fewer flags compare on what they send. Empty by default: every field is statistics."""
+        return frozenset()
+
     def report(self) -> dict[str, Any]:
         """What the algorithm measured about its own run, as JSON-ready values, for the seed's
         JSON (``"report"``): for example a private algorithm's privacy accounting and how many

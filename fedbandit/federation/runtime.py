@@ -84,7 +84,9 @@ class ClientFailure(Exception):  # noqa: N818 - the name of the event, not of a 
 
 @dataclass
 class CommunicationLedger:
-    """Per round and direction: messages (clients with a non-empty payload), scalars and bytes.
+    """Per round and direction: messages (clients with a non-empty payload), scalars and bytes,
+    and of those scalars the ``bookkeeping`` ones (fields named in ``bookkeeping_fields``: flags
+    such as a sync trigger, ``ServerLogic.bookkeeping_fields``).
 
     ``t`` is the mean number of pulls per client done when the round's replies came back.
     Exchanges that carry nothing in either direction are not recorded. In a round that lost clients
@@ -94,10 +96,12 @@ class CommunicationLedger:
     """
 
     rows: list[dict[str, float | int | str]] = field(default_factory=list)
+    bookkeeping_fields: frozenset[str] = frozenset()
 
     def record(self, message: Message, direction: str, pulls_mean: float) -> None:
         scalars = message.scalars_per_client()
         num_bytes = message.bytes_per_client()
+        flags = message.scalars_per_client(only=self.bookkeeping_fields)
         self.rows.append(
             {
                 "round": message.round,
@@ -107,6 +111,7 @@ class CommunicationLedger:
                 "messages": int(np.count_nonzero(scalars)),
                 "scalars": int(scalars.sum()),
                 "bytes": int(num_bytes.sum()),
+                "bookkeeping_scalars": int(flags.sum()),
             }
         )
 
@@ -123,19 +128,39 @@ class CommunicationLedger:
     def frame(self) -> pd.DataFrame:
         import pandas as pd  # only where results are written: clients never need it
 
-        columns = ["round", "kind", "direction", "t", "messages", "scalars", "bytes"]
+        columns = [
+            "round",
+            "kind",
+            "direction",
+            "t",
+            "messages",
+            "scalars",
+            "bytes",
+            "bookkeeping_scalars",
+        ]
         return pd.DataFrame(self.rows, columns=columns)
 
     def totals(self) -> dict[str, int]:
-        """Sums per direction, and the number of rounds in which any message carried data."""
+        """Sums per direction; ``rounds``, the exchanges in which any message carried data;
+        ``statistics_rounds``, those in which statistics travelled (a field that is not
+        bookkeeping, in either direction); ``bookkeeping_rounds``, those that carried only
+        bookkeeping flags (``rounds`` = ``statistics_rounds`` + ``bookkeeping_rounds``)."""
         out = {
             f"{direction}_{column}": sum(
                 int(row[column]) for row in self.rows if row["direction"] == direction
             )
             for direction in ("uplink", "downlink")
-            for column in ("messages", "scalars", "bytes")
+            for column in ("messages", "scalars", "bytes", "bookkeeping_scalars")
         }
-        out["rounds"] = len({row["round"] for row in self.rows if int(row["messages"]) > 0})
+        rounds = {row["round"] for row in self.rows if int(row["messages"]) > 0}
+        statistics = {
+            row["round"]
+            for row in self.rows
+            if int(row["scalars"]) > int(row["bookkeeping_scalars"])
+        }
+        out["rounds"] = len(rounds)
+        out["statistics_rounds"] = len(statistics)
+        out["bookkeeping_rounds"] = len(rounds - statistics)
         return out
 
 
@@ -319,7 +344,7 @@ def run_federation(
         raise ValueError(f"on_client_failure must be one of {allowed}, got {on_client_failure!r}")
     if on_client_failure == "drop":
         _check_failure_support(server, runtime)
-    ledger = CommunicationLedger()
+    ledger = CommunicationLedger(bookkeeping_fields=server.bookkeeping_fields())
     failures: list[str] = []
     dropped: dict[int, int] = {}
     status, next_round = "complete", 0
