@@ -8,7 +8,8 @@ table from run folders), ``plot`` (rebuild a results or sweep folder's plots),
 foreseeable error is one line on standard error with exit status 2; a run left incomplete (an
 aborted seed, a deployment that failed mid-run: the folder keeps the finished seeds and
 resumes) exits with 3, an interrupted one (Ctrl-C, SIGTERM) with 130; ``pull`` exits with 75
-while the detached run goes on.
+while the detached run goes on, and ``status`` and ``pull`` exit with 75 when the SuperLink
+cannot answer now (down, or too busy to return the run's log in time): ask again.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from fedbandit.flower.certs import add_cli as add_keys_command
 from fedbandit.flower.deployment import (
     DEFAULT_SUPERLINK_PORT,
     DEFAULT_SUPERNODE_PORT,
+    AskAgainError,
     ServerTls,
     Submission,
     flower_environment,
@@ -249,7 +251,11 @@ def _reach(args: argparse.Namespace) -> dict[str, object]:
 def _cmd_status(args: argparse.Namespace) -> int:
     from fedbandit.runner import detached_status
 
-    heading, lines = detached_status(args.out, _reach(args))
+    try:
+        heading, lines = detached_status(args.out, _reach(args))
+    except AskAgainError as err:
+        print(f"fedbandit: {err}", file=sys.stderr)
+        return ASK_AGAIN
     print(heading)
     width = max((len(label) for label, _ in lines), default=0)
     for label, state in lines:
@@ -257,15 +263,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Exit status of ``pull`` while the detached run goes on (sysexits' EX_TEMPFAIL: try again).
-PULL_AGAIN = 75
+#: Exit status of ``pull`` while the detached run goes on, and of ``status`` and ``pull`` when
+#: the SuperLink cannot answer now (sysexits' EX_TEMPFAIL: try again).
+ASK_AGAIN = 75
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     from fedbandit.results import read_json
     from fedbandit.runner import pull_detached, summary_table
 
-    manifest = pull_detached(args.out, reach=_reach(args))
+    try:
+        manifest = pull_detached(args.out, reach=_reach(args))
+    except AskAgainError as err:
+        print(f"fedbandit: {err}", file=sys.stderr)
+        return ASK_AGAIN
     for why in manifest["broken"]:
         print(f"fedbandit: warning: skipped result files: {why}", file=sys.stderr)
     arrived, wanted = manifest["arrived"], manifest["wanted"]
@@ -287,7 +298,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
         f"`fedbandit pull {args.out}` again later",
         file=sys.stderr,
     )
-    return PULL_AGAIN
+    return ASK_AGAIN
 
 
 def _cmd_superlink(args: argparse.Namespace) -> int:

@@ -286,12 +286,16 @@ def test_a_detached_run_is_followed_and_pulled(deployment, tmp_path, capsys):
     assert manifest["detached"]["runs"] == ["fedpe/seed_0", "fedpe/seed_1"]
     assert manifest["status"] == "incomplete"
     capsys.readouterr()
-    assert run_cli("status", str(out)) == 0
-    shown = capsys.readouterr().out
-    assert f"Flower run {manifest['detached']['flower_run']}" in shown
-    assert "fedpe/seed_1" in shown and any(
-        state in shown for state in ("queued", "running", "finished", "pulled")
-    )
+    code = run_cli("status", str(out))
+    shown = capsys.readouterr()
+    if code == 75:  # running with nothing logged yet: the SuperLink holds the log back
+        assert "could not read the log" in shown.err and "ask again" in shown.err
+    else:
+        assert code == 0, shown.err
+        assert f"Flower run {manifest['detached']['flower_run']}" in shown.out
+        assert "fedpe/seed_1" in shown.out and any(
+            state in shown.out for state in ("queued", "running", "finished", "pulled")
+        )
     deadline = time.monotonic() + 300
     while (code := run_cli("pull", str(out), "--quiet")) == 75:  # the run goes on
         assert time.monotonic() < deadline, deployment.logs()

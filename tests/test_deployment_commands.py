@@ -157,3 +157,94 @@ def test_an_unreachable_superlink_is_one_line_and_leaves_the_folder_resumable(tm
     manifest = read_json(out / "manifest.json")
     assert manifest["status"] == "incomplete" and "unreachable" in manifest["stopped"]
     assert "Traceback" not in err
+
+
+class SlowSuperLink:
+    """A stand-in for ``Submission`` whose SuperLink is listening (``address``) but answers
+    ``flwr ls`` with ``status`` and ``flwr log`` only after a delay (it raises, as ``flwr``'s
+    timeout does, when the caller's limit is shorter)."""
+
+    def __init__(self, address: str, status: str, log: str = "", log_seconds: float = 0.0):
+        self.superlink, self._status, self._log, self._log_seconds = (
+            address, status, log, log_seconds,
+        )  # fmt: skip
+        self.log_timeouts: list[float] = []
+
+    def environment(self) -> dict[str, str]:
+        return {}
+
+    def status(self, env, run_id):
+        if isinstance(self._status, Exception):
+            raise self._status
+        return self._status
+
+    def log_text(self, run_id, timeout=120.0):
+        self.log_timeouts.append(timeout)
+        if self._log_seconds > timeout:
+            raise DeploymentError(f"`flwr log {run_id}` did not finish within {timeout} s")
+        return self._log
+
+
+@pytest.fixture
+def listening():
+    """An address on loopback where something listens (the SuperLink's port is open)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_a_slow_log_is_not_taken_for_an_empty_one(listening):
+    """Under load `flwr log --show` can take longer than the wait: the seeds are then not shown
+    as queued, nor pulled as absent; the caller is told to ask again (issue 40, item 3)."""
+    from fedbandit.flower.deployment import LOG_WAIT_SECONDS, AskAgainError, detached_state
+
+    slow = SlowSuperLink(listening, "running", log="", log_seconds=LOG_WAIT_SECONDS + 3)
+    with pytest.raises(AskAgainError, match="could not read the log of Flower run 7"):
+        detached_state(slow, 7)
+    assert slow.log_timeouts == [LOG_WAIT_SECONDS]
+    quick = SlowSuperLink(listening, "running", log="", log_seconds=1.0)
+    assert detached_state(quick, 7).files == {}  # read in time: empty means empty
+    queued = SlowSuperLink(listening, "pending", log_seconds=1e9)
+    assert detached_state(queued, 7).status == "pending"  # no log asked for
+
+
+def test_an_unreachable_or_failing_superlink_means_ask_again(listening):
+    """A SuperLink that is down, or that fails to answer `flwr ls`, is a reason to ask again,
+    not a mistake of the user's (issue 40, item 4); a SuperLink that forgot the run is final."""
+    import socket
+
+    from fedbandit.flower.deployment import AskAgainError, UnknownRunError, detached_state
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{sock.getsockname()[1]}"
+    with pytest.raises(AskAgainError, match="is unreachable"):
+        detached_state(SlowSuperLink(closed, "running"), 7)
+    failing = SlowSuperLink(listening, DeploymentError("`flwr ls` did not finish within 120 s"))
+    with pytest.raises(AskAgainError, match="did not say how Flower run 7 stands"):
+        detached_state(failing, 7)
+    forgot = SlowSuperLink(listening, UnknownRunError("does not know Flower run 7"))
+    with pytest.raises(UnknownRunError):
+        detached_state(forgot, 7)
+
+
+@pytest.mark.parametrize("command", ["status", "pull"])
+def test_status_and_pull_exit_75_while_the_superlink_cannot_answer(
+    command, tmp_path, monkeypatch, capsys
+):
+    """The documented wait loop (`while fedbandit pull OUT; [ $? -eq 75 ]`) keeps waiting
+    through an outage: one line on standard error, exit 75, the folder untouched."""
+    import fedbandit.runner as runner
+    from fedbandit.flower.deployment import AskAgainError
+
+    def down(*args, **kwargs):
+        raise AskAgainError("the SuperLink at 127.0.0.1:9 is unreachable (connection refused)")
+
+    monkeypatch.setattr(runner, "detached_status" if command == "status" else "pull_detached", down)
+    assert main([command, str(tmp_path)]) == 75
+    err = capsys.readouterr().err
+    assert err == "fedbandit: the SuperLink at 127.0.0.1:9 is unreachable (connection refused)\n"
+    assert list(tmp_path.iterdir()) == []

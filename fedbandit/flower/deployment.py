@@ -62,6 +62,8 @@ ERROR_MARK = "fedbandit-error: "
 UNREACHABLE_GRACE_SECONDS = 15.0
 #: Seconds the driver keeps asking for a finished run's log until its result files are there.
 LOG_WAIT_SECONDS = 15.0
+#: Seconds a finished run's log may take to arrive (it holds every seed's files).
+FINISHED_LOG_WAIT_SECONDS = 120.0
 
 
 def unreachable(address: str, timeout: float = 3.0) -> str | None:
@@ -505,6 +507,11 @@ class SuperLinkLostError(DeploymentError):
     """The SuperLink stopped answering during a run (it was not stopped: there is nobody to ask)."""
 
 
+class AskAgainError(DeploymentError):
+    """A detached run's state could not be read now (the SuperLink is down or busy); the run
+    itself goes on, or waits for the SuperLink: ``status`` and ``pull`` exit 75, try again."""
+
+
 def run_seed(
     submission: Submission, spec: RunSpec, run_dir: Path, same_host: bool | None = None
 ) -> int:
@@ -562,23 +569,35 @@ def detached_state(submission: Submission, run_id: int) -> DetachedState:
     """Ask the SuperLink about a detached run (``flwr ls`` and ``flwr log``); every seed's files
     checked against their SHA-256."""
     if why := unreachable(submission.superlink):
-        raise DeploymentError(
+        raise AskAgainError(
             f"the SuperLink at {submission.superlink} is unreachable ({why}): Flower run "
             f"{run_id} and its results are kept there; ask again when it is back"
         )
     env = submission.environment()
-    status = submission.status(env, run_id)
+    try:
+        status = submission.status(env, run_id)
+    except UnknownRunError:
+        raise
+    except DeploymentError as err:
+        raise AskAgainError(
+            f"the SuperLink at {submission.superlink} did not say how Flower run {run_id} "
+            f"stands ({err}); ask again"
+        ) from None
     if not status.startswith(("running", "finished")):
         return DetachedState(status, {}, {}, None, [])  # queued: its log is still empty
     finished = status.startswith("finished")
+    wait = FINISHED_LOG_WAIT_SECONDS if finished else LOG_WAIT_SECONDS
     deadline = time.monotonic() + LOG_WAIT_SECONDS
     while True:
         try:
-            log = submission.log_text(run_id, timeout=120 if finished else LOG_WAIT_SECONDS)
+            log = submission.log_text(run_id, timeout=wait)
         except DeploymentError:
-            if finished:
-                raise
-            log = ""  # running, nothing logged yet: the SuperLink holds the answer back
+            # Not an empty log: a running run that has logged nothing yet and a SuperLink too
+            # busy to answer in time look alike, and a finished seed must not look queued.
+            raise AskAgainError(
+                f"could not read the log of Flower run {run_id} ({status}) within {wait:g} s: "
+                "the SuperLink is busy or the run has logged nothing yet; it goes on, ask again"
+            ) from None
         broken: list[str] = []
         files: dict[tuple[str, int], dict[str, str]] = {}
         for emission in decode_all(log, f"Flower run {run_id}", broken):
