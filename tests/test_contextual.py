@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from fedbandit.config import load_experiment
 from fedbandit.contextual.environment import ContextualEnvironment
 from fedbandit.contextual.instances import ContextualParams, contextual_instance, top_two_gap
 from fedbandit.contextual.ridge import RidgeLearners, self_normalized_radius, sherman_morrison
@@ -325,3 +326,33 @@ def test_dislinucb_authors_code_flags_are_bookkeeping_not_syncs():
         assert result.totals["statistics_rounds"] == 2 * syncs
         assert result.totals["rounds"] == rounds
         assert result.totals["bookkeeping_rounds"] == rounds - 2 * syncs
+
+
+def test_cube_normalized_contexts_are_the_h_linucb_authors_actions():
+    """Issue 38: ``cube_normalized`` draws each action uniform in [-1, 1]^d and normalises it,
+    as ``create_action_set`` in anhddo/hlinUCB (``normalize(np.random.rand(K, d) - 0.5)``) does:
+    the same unit vectors from the same uniforms, exact values at a fixed seed, and a law that
+    is not the sphere's (in d = 2, |x_1| > 0.9 has chance tan(acos 0.9) / 2 = 0.242 in the
+    cube's law, (2 / pi) acos 0.9 = 0.287 on the circle)."""
+    params = ContextualParams(
+        setting="shared", contexts="cube_normalized", num_arms=3, dim=2, seed=0
+    )
+    instance = contextual_instance(params)
+    x = instance._raw(np.random.default_rng(7), 2)
+    np.testing.assert_allclose(
+        x[0],
+        [[0.30038785, 0.95381714], [0.70825278, -0.70595892], [-0.47170008, 0.88175906]],
+        atol=1e-8,
+    )
+    uniforms = np.random.default_rng(7).random((2, 3, 2))  # the authors' rand, then - 0.5
+    authors = (uniforms - 0.5) / np.linalg.norm(uniforms - 0.5, axis=2, keepdims=True)
+    np.testing.assert_allclose(x, authors, rtol=0, atol=1e-15)
+    many = instance._raw(np.random.default_rng(1), 20000)
+    np.testing.assert_allclose(np.linalg.norm(many, axis=2), 1.0, atol=1e-12)
+    near_axis = float(np.mean(np.abs(many[..., 0]) > 0.9))
+    assert abs(near_axis - math.tan(math.acos(0.9)) / 2) < 0.01
+    sphere = contextual_instance(params.model_copy(update={"contexts": "sphere"}))
+    on_circle = float(np.mean(np.abs(sphere._raw(np.random.default_rng(1), 20000)[..., 0]) > 0.9))
+    assert abs(on_circle - 2 / math.pi * math.acos(0.9)) < 0.01
+    for name in ("fed_heterogeneous", "fed_heterogeneous_published"):  # the authors' figure
+        assert load_experiment(name).instance.contexts == "cube_normalized"

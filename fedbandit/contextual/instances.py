@@ -17,8 +17,11 @@ parameters differ by at most 1.1 epsilon. The realised maximum difference (the d
 which H-LinUCB is told, as in the authors' code) is in the instance summary. The authors keep the
 closest of 1000 draws to the target epsilon; ours is one draw.
 
-Context laws: ``gaussian`` (N(0, I_d)), ``sphere`` (uniform on the unit sphere), ``points``
-(one of ``num_points`` fixed points, drawn at instance creation), ``subspace`` (N(0, P) with P the
+Context laws: ``gaussian`` (N(0, I_d)), ``sphere`` (uniform on the unit sphere),
+``cube_normalized`` (uniform in the cube [-1, 1]^d, then normalised: unit vectors, but not uniform
+on the sphere, more of them towards the cube's corners; the actions of ``anhddo/hlinUCB``,
+``create_action_set``: ``normalize(np.random.rand(K, d) - 0.5)``), ``points`` (one of
+``num_points`` fixed points, drawn at instance creation), ``subspace`` (N(0, P) with P the
 projection on a random ``subspace_dim``-dimensional subspace). A hard ``margin``: contexts whose
 best and second-best arms are closer than it are redrawn (rejection sampling).
 
@@ -60,7 +63,9 @@ class ContextualParams(BaseModel):
 
     kind: Literal["contextual"] = "contextual"
     setting: Literal["disjoint", "shared"] = Field("disjoint")
-    contexts: Literal["gaussian", "sphere", "points", "subspace"] = Field("gaussian")
+    contexts: Literal["gaussian", "sphere", "cube_normalized", "points", "subspace"] = Field(
+        "gaussian"
+    )
     num_clients: int = Field(10, ge=1, description="M")
     num_arms: int = Field(5, ge=2, description="K")
     dim: int = Field(5, ge=1, description="d")
@@ -180,6 +185,9 @@ class ContextualInstance:
         if p.contexts == "points":
             assert self.points is not None
             return self.points[rng.integers(0, len(self.points), size=(count, rows))]
+        if p.contexts == "cube_normalized":
+            cube = rng.uniform(-1.0, 1.0, (count, rows, p.dim))
+            return cube / np.linalg.norm(cube, axis=2, keepdims=True)
         draw = rng.standard_normal((count, rows, p.dim))
         if p.contexts == "sphere":
             draw /= np.linalg.norm(draw, axis=2, keepdims=True)
