@@ -38,6 +38,18 @@ accounting of that sum (what secure aggregation delivers); the authors' shuffle 
 Theorems 5.3 and 5.5) reach the same sqrt(M) scaling with extra log factors through amplification
 by shuffling, which ``dp-accounting`` does not compute. Each silo's own guarantee against a
 server that sees its release is reported as ``epsilon_local``.
+
+The headline ``epsilon`` of a run is the guarantee against the server the run really had
+(``TreeAccounting.report``): the sum model's epsilon only when every upload reached the server as
+a secure sum; otherwise (``shuffle`` without secure aggregation, every silo's node seen on its
+own) ``epsilon_local``, with the sum model's value kept as ``epsilon_secure_sum``. When silos
+are lost mid-run, a secure sum carries the noise of the survivors only, and the sum model's
+epsilon is recomputed from the sums actually formed (``dropout_epsilon``).
+
+Valid inputs (``EPSILON_RANGE``, ``DELTA_RANGE``, ``BOUND_RANGE``): where ``dp-accounting``'s
+calibration and PLD accountant give finite, meaningful answers (probed: epsilon 1e300 makes
+``get_sigma_gaussian`` fail; delta below about 1e-15 makes the PLD accountant answer inf;
+epsilon 1e4 takes 30 s to account).
 """
 
 from __future__ import annotations
@@ -48,6 +60,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
+
+from fedbandit.errors import ConfigError
 
 PrivacyModel = Literal["silo_ldp", "shuffle"]
 
@@ -62,6 +76,14 @@ CLIP_TOLERANCE = 1e-9
 #: Value discretisation of the PLD accountant (its default is 1e-4; 1e-3 keeps large epsilons
 #: to a fraction of a second, and only rounds epsilon up, never down).
 PLD_DISCRETIZATION = 1e-3
+#: The target epsilons accepted: below 1e-3 the PLD grid (``PLD_DISCRETIZATION``) is coarser than
+#: the target; above 1e3 one accounting takes seconds (30 s at 1e4) and the guarantee is void.
+EPSILON_RANGE = (1e-3, 1e3)
+#: The deltas accepted: below 1e-15 the PLD accountant's truncated tails answer inf; delta < 1.
+DELTA_RANGE = (1e-15, 1.0)
+#: The clipping bounds L and R accepted: the sensitivity sqrt(L^4 + R^2 L^2) stays finite and
+#: positive in floating point (L = 1e300 overflows, L = 1e-300 underflows to 0).
+BOUND_RANGE = (1e-6, 1e6)
 
 
 def tree_depth(num_batches: int) -> int:
@@ -150,6 +172,51 @@ class TreeAccounting:
             "accountant": ACCOUNTANT,
             "neighbouring": NEIGHBOURING,
         }
+
+    def report(self, clear_uploads: int, summed_silos: list[int], num_silos: int) -> dict[str, Any]:
+        """The accounting against the server the run really had: ``clear_uploads`` uploads
+        reached it per silo, ``summed_silos`` lists how many silos each secure sum carried.
+
+        ``epsilon`` (the headline) is the sum model's only when every upload was a secure sum
+        (recomputed by ``dropout_epsilon`` when a sum carried fewer than M silos); for
+        ``shuffle`` with any upload seen per silo it is ``epsilon_local``, and the sum model's
+        value is kept as ``epsilon_secure_sum`` (what a shuffler or secure sum would give)."""
+        summed = clear_uploads == 0 and len(summed_silos) > 0
+        report = self.as_dict()
+        report["server_saw"] = (
+            "the sum over silos of each batch's noisy tree nodes (secure aggregation)"
+            if summed
+            else "each silo's noisy tree node"
+        )
+        if self.model != "shuffle":
+            return report
+        sum_model = self.epsilon
+        if summed and min(summed_silos) < num_silos and not math.isnan(self.epsilon):
+            sum_model = dropout_epsilon(self.noise_multiplier, num_silos, summed_silos, self.delta)
+            report["silos_per_sum_min"] = min(summed_silos)
+        report["epsilon_secure_sum"] = sum_model
+        report["epsilon"] = sum_model if summed else self.epsilon_local
+        return report
+
+
+def dropout_epsilon(
+    multiplier: float, num_silos: int, summed_silos: list[int], delta: float
+) -> float:
+    """The sum model's epsilon when the sum of batch k carried the noise of m_k <= M silos.
+
+    Each silo adds noise of multiplier z / sqrt(M), so node k's sum has multiplier
+    z_k = z sqrt(m_k / M). Batch k releases the node of level l = ``tree_level(k)``, covering
+    batches k - 2^l + 1 .. k; a user of batch j meets every released node covering j (at most N;
+    an upper bound for a user whose silo left early). Gaussian mechanisms compose exactly into
+    one of multiplier z_eff with 1 / z_eff^2 = sum_k 1 / z_k^2 (Dong, Roth & Su 2019, mu-GDP:
+    mu^2 adds up), so the worst user's epsilon is one Gaussian's, from the accountant."""
+    batches = len(summed_silos)
+    load = np.zeros(batches + 1)  # sum over covering nodes of M / m_k, by batch j
+    for batch, silos in enumerate(summed_silos, start=1):
+        width = 2 ** tree_level(batch)
+        load[batch - width + 1 : batch + 1] += num_silos / max(silos, 1)
+    worst = float(load.max())
+    return accounted_epsilon(multiplier / math.sqrt(worst), 1, delta)
 
 
 @functools.lru_cache(maxsize=256)
@@ -267,6 +334,19 @@ def phase_accounting(
         noise_multiplier=z,
         epsilon=accounted_epsilon(z, compositions, delta) if report else math.nan,
     )
+
+
+def require_finite(algorithm: str, epsilon: float, delta: float, spent: dict[str, float]) -> None:
+    """A ``ConfigError`` (one line naming the keys and the values given) when the calibration or
+    the accountant's answer (``spent``: name -> value) is not a finite number."""
+    bad = {name: value for name, value in spent.items() if not math.isfinite(value)}
+    if bad:
+        got = ", ".join(f"{name} {value!r}" for name, value in bad.items())
+        raise ConfigError(
+            f"params.{algorithm}.epsilon = {epsilon!r}, params.{algorithm}.delta = {delta!r}: "
+            f"the accountant gives no finite answer for this run ({got}); choose epsilon in "
+            f"[{EPSILON_RANGE[0]:g}, {EPSILON_RANGE[1]:g}] and delta in [{DELTA_RANGE[0]:g}, 1)"
+        )
 
 
 def symmetric_noise(rng: np.random.Generator, sigma: float, shape: tuple[int, ...]) -> np.ndarray:

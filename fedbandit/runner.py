@@ -827,11 +827,7 @@ def summary_table(summary: dict[str, Any]) -> str:
             + (f"{entry['epsilon']:>9.3g}" if "epsilon" in entry else f"{'-':>9}")
         )
         if "epsilon" in entry:
-            privacy = entry["privacy"]
-            private.append(
-                f"{name} (delta {entry['delta']:.3g}, {privacy['model']}; neighbours: "
-                f"{privacy['neighbouring']})"
-            )
+            private.append(f"{name} ({_privacy_note(entry)})")
     lines.append(
         "R(T)/M: cumulative regret per client at T (mean over seeds); interval: "
         "95% Student-t over seeds; up/down: scalars sent per client over the run"
@@ -846,3 +842,20 @@ def summary_table(summary: dict[str, Any]) -> str:
             + "; ".join(private)
         )
     return "\n".join(lines)
+
+
+def _privacy_note(entry: dict[str, Any]) -> str:
+    """What a private algorithm's epsilon in the table holds against: delta, the privacy model,
+    what the server saw (for ``shuffle`` without a secure sum: each silo's node, so the column
+    shows epsilon_local and the sum model's value is named beside it), the neighbours."""
+    privacy = entry["privacy"]
+    saw = f"; server saw {privacy['server_saw']}" if "server_saw" in privacy else ""
+    if privacy["model"] == "shuffle" and privacy["epsilon"] != privacy.get("epsilon_secure_sum"):
+        saw += (
+            f": epsilon_local shown, {privacy['epsilon_secure_sum']:.3g} only with "
+            "--secure-aggregation"
+        )
+    return (
+        f"delta {entry['delta']:.3g}, {privacy['model']}{saw}; neighbours: "
+        f"{privacy['neighbouring']}"
+    )

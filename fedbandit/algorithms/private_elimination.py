@@ -42,7 +42,15 @@ from fedbandit.environment import BanditEnvironment
 from fedbandit.errors import ConfigError
 from fedbandit.estimators import last_phase
 from fedbandit.federation.messages import Message
-from fedbandit.privacy import PhaseAccounting, PhaseUnit, phase_accounting
+from fedbandit.privacy import (
+    BOUND_RANGE,
+    DELTA_RANGE,
+    EPSILON_RANGE,
+    PhaseAccounting,
+    PhaseUnit,
+    phase_accounting,
+    require_finite,
+)
 from fedbandit.rng import PRIVACY_DOMAIN, REWARD_DETAIL_DOMAIN, client_generators
 from fedbandit.state import (
     generators_from_arrays,
@@ -57,27 +65,89 @@ _VARIANT = Variant("direction", "phase", shared=False)
 
 class PrivateFedPEParams(PhasedEliminationParams):
     """Hyperparameters of ``private_fedpe``: those of ``fedpe`` and
-    - ``epsilon``, ``delta``: the target guarantee over the whole run (required; epsilon > 0,
-      0 < delta < 1).
+    - ``epsilon``, ``delta``: the target guarantee over the whole run (required; finite,
+      epsilon in ``EPSILON_RANGE`` = [1e-3, 1e3], delta in ``DELTA_RANGE`` = [1e-15, 1), and
+      the accountant's answer for the run finite).
     - ``reward_bound``: R, every reward is clipped to [-R, R] (required: it fixes the
-      sensitivity).
+      sensitivity; finite, in ``BOUND_RANGE`` = [1e-6, 1e6]).
     - ``unit``: what the guarantee protects: ``pull`` (one reward of a client) or ``client``
       (all of a client's rewards).
     - ``noise``: false releases the clean statistics (for testing only: no guarantee).
     """
 
-    epsilon: float = Field(gt=0)
-    delta: float = Field(gt=0, lt=1)
-    reward_bound: float = Field(gt=0)
+    epsilon: float = Field(ge=EPSILON_RANGE[0], le=EPSILON_RANGE[1], allow_inf_nan=False)
+    delta: float = Field(ge=DELTA_RANGE[0], lt=DELTA_RANGE[1], allow_inf_nan=False)
+    reward_bound: float = Field(ge=BOUND_RANGE[0], le=BOUND_RANGE[1], allow_inf_nan=False)
     unit: PhaseUnit = "pull"
     noise: bool = True
 
 
 def _accounting(spec: ProblemSpec, params: PrivateFedPEParams, report: bool) -> PhaseAccounting:
     phases = last_phase(spec.horizon, spec.num_arms) + 1
-    return phase_accounting(
+    accounting = phase_accounting(
         params.unit, params.epsilon, params.delta, phases, params.reward_bound, report
     )
+    spent = {"noise_multiplier": accounting.noise_multiplier}
+    if report:
+        spent["epsilon"] = accounting.epsilon
+    require_finite("private_fedpe", params.epsilon, params.delta, spent)
+    return accounting
+
+
+def disclosures(summed: bool) -> list[dict[str, str]]:
+    """What the server of ``private_fedpe`` sees, field by field: who sends it, when, in what
+    form, and whether the guarantee covers it (the privacy report's ``server_sees``)."""
+    return [
+        {
+            "field": "report.estimate",
+            "when": "each phase's report",
+            "seen": "per silo and pulled arm in phase 0; from phase 1, only sum_i of the weighted "
+            "estimates (secure aggregation)"
+            if summed
+            else "per silo and pulled arm",
+            "guarantee": "inside: (ybar_a + N(0, tau_a^2)) x_a / ||x_a||^2, the noisy release",
+        },
+        {
+            "field": "report.counts (and the pulled mask)",
+            "when": "each phase's report",
+            "seen": "per silo and arm, in the clear",
+            "guarantee": "inside as post-processing: fixed by the server's design and the "
+            "active sets, not by this phase's rewards",
+        },
+        {
+            "field": "report.min_sq_norm",
+            "when": "phase 0",
+            "seen": "per silo, in the clear",
+            "guarantee": "outside: a function of the features, which the guarantee does not "
+            "protect",
+        },
+        {
+            "field": "active_set.active",
+            "when": "each phase's elimination",
+            "seen": "per silo and arm, in the clear",
+            "guarantee": "inside as post-processing: from the server's broadcast and the "
+            "silo's features",
+        },
+        {
+            "field": "meta.pulls",
+            "when": "every reply",
+            "seen": "per silo, in the clear",
+            "guarantee": "outside, data-independent: the pulls a silo has made",
+        },
+        {
+            "field": "meta.clipped_rewards",
+            "when": "once, in the last phase's report",
+            "seen": "per silo, in the clear: the run's total",
+            "guarantee": "outside: how many of the silo's rewards left [-R, R]",
+        },
+        {
+            "field": "regret record",
+            "when": "once, at the end",
+            "seen": "per silo, in the clear",
+            "guarantee": "outside: the simulation's true regret, a measurement that a silo with "
+            "real data would not have",
+        },
+    ]
 
 
 def effective_counts(
@@ -105,10 +175,12 @@ class PrivateFedPEServer(PhasedEliminationServer):
                 "params.private_fedpe.noise_sigma"
             )
         self.clipped = np.zeros(spec.num_clients, dtype=np.int64)
+        self.summed = False  # whether a report's estimates arrived as a secure sum
 
     def aggregate(self, reply: Message) -> None:
         if "clipped_rewards" in reply.meta:
             self.clipped[reply.client_ids] = reply.meta["clipped_rewards"]
+        self.summed |= bool(reply.summed)
         super().aggregate(reply)
 
     def _weights(self, counts: np.ndarray) -> np.ndarray:
@@ -118,9 +190,19 @@ class PrivateFedPEServer(PhasedEliminationServer):
         return effective_counts(counts, self.accounting, self.sigma)
 
     def report(self) -> dict[str, Any]:
-        """The guarantee and its accounting, and how many rewards the clients clipped."""
+        """The guarantee and its accounting, what the server saw (``disclosures``), and how many
+        rewards the clients clipped (the run totals of the clients that reached the last phase).
+        The guarantee is each client's own (silo-level local DP): a secure sum changes what the
+        server sees, not the epsilon."""
         return {
-            "privacy": {**self.accounting.as_dict(), "noise": self.private.noise},
+            "privacy": {
+                **self.accounting.as_dict(),
+                "noise": self.private.noise,
+                "server_saw": "each client's noisy estimates"
+                if not self.summed
+                else "each client's noisy estimates in phase 0, then their weighted sum",
+                "server_sees": disclosures(self.summed),
+            },
             "clipped": {"features": 0, "rewards": int(self.clipped.sum())},
         }
 
@@ -171,7 +253,12 @@ class PrivateFedPEClient(PhasedEliminationClient):
         return effective_counts(counts, self.accounting, self.sigma)
 
     def _explore(self, message: Message, rows: np.ndarray) -> Message:
+        """Fed-PE's report; the last phase's also carries the clients' clipping counts (the run
+        totals: sent each phase, they would tell the server which phase had a clipped
+        reward)."""
         reply = super()._explore(message, rows)
+        if int(message.fields["phase"][0]) < last_phase(self.spec.horizon, self.spec.num_arms):
+            return reply
         return dataclasses.replace(
             reply, meta={**reply.meta, "clipped_rewards": self.clipped_rewards[rows].copy()}
         )

@@ -11,10 +11,12 @@ times themselves.
 - ``batched_fedlinucb``: the non-private reference of their experiments (``FedLinUCB``): uploads
   are the clean batch statistics.
 - ``private_fedlinucb``: silo-level local DP by the binary-tree Gaussian mechanism
-  (``LDPFedLinUCB``; ``privacy_model = "shuffle"``: the server sees only the silos' sum,
-  ``fedbandit.privacy``). Features are clipped to ||x|| <= ``feature_bound`` and rewards to
-  [-``reward_bound``, ``reward_bound``] before they enter any statistic; the number clipped is
-  reported in the seed's JSON (``report``).
+  (``LDPFedLinUCB``; ``privacy_model = "shuffle"``: noise for a server that sees only the silos'
+  sum, whose epsilon is the headline only when the uploads really arrived as secure sums, else
+  ``epsilon_local``: ``fedbandit.privacy``). Features are clipped to ||x|| <= ``feature_bound``
+  and rewards to [-``reward_bound``, ``reward_bound``] before they enter any statistic; each
+  silo sends its run totals of clipped values once, in the last round, and the sum is reported
+  in the seed's JSON (``report``, with ``privacy.server_sees``: every field the server saw).
 
 Both send a silo's tree node (the sum of its last 2^l batches, l the trailing zero bits of the
 batch number) and the server answers with the prefix sum over all batches so far, summed over its
@@ -45,12 +47,16 @@ from fedbandit.errors import ConfigError
 from fedbandit.federation.messages import Message, broadcast
 from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clients
 from fedbandit.privacy import (
+    BOUND_RANGE,
+    DELTA_RANGE,
+    EPSILON_RANGE,
     PrivacyModel,
     TreeAccounting,
     clip_norms,
     clip_values,
     prefix_levels,
     regularization_shift,
+    require_finite,
     symmetric_noise,
     tree_accounting,
     tree_depth,
@@ -94,20 +100,25 @@ class PrivateParams(BatchedParams):
     """Hyperparameters of ``private_fedlinucb``: those of ``batched_fedlinucb`` and
 
     - ``epsilon``, ``delta``: the target guarantee per user of each silo over the whole run
-      (required; epsilon > 0, 0 < delta < 1).
+      (required; finite, epsilon in ``EPSILON_RANGE`` = [1e-3, 1e3], delta in ``DELTA_RANGE``
+      = [1e-15, 1), and the accountant's answer for the run finite).
     - ``feature_bound`` (L) and ``reward_bound`` (R): clipping bounds, which fix the sensitivity
-      (required).
+      (required; finite, in ``BOUND_RANGE`` = [1e-6, 1e6]).
     - ``privacy_model``: ``silo_ldp`` (each silo's release is private on its own) or ``shuffle``
-      (the server sees only the sum over silos).
+      (noise calibrated for a server that sees only the sum over silos: the reported epsilon
+      is the sum model's only when every upload arrived as a secure sum, else
+      ``epsilon_local``).
     - ``regularization``: default the authors' shift sqrt(M N) sigma (sqrt(N + ln(1/alpha)) +
       sqrt(d)).
     - ``noise``: false releases the clean statistics (for testing only: no guarantee).
     """
 
-    epsilon: float = Field(gt=0)
-    delta: float = Field(gt=0, lt=1)
-    feature_bound: float = Field(gt=0)  # required here
-    reward_bound: float = Field(gt=0)
+    epsilon: float = Field(ge=EPSILON_RANGE[0], le=EPSILON_RANGE[1], allow_inf_nan=False)
+    delta: float = Field(ge=DELTA_RANGE[0], lt=DELTA_RANGE[1], allow_inf_nan=False)
+    feature_bound: float = Field(  # required here
+        ge=BOUND_RANGE[0], le=BOUND_RANGE[1], allow_inf_nan=False
+    )
+    reward_bound: float = Field(ge=BOUND_RANGE[0], le=BOUND_RANGE[1], allow_inf_nan=False)
     privacy_model: PrivacyModel = "silo_ldp"
     noise: bool = True
 
@@ -116,7 +127,7 @@ def _accounting(spec: ProblemSpec, params: BatchedParams, report: bool) -> TreeA
     """The tree's noise and guarantee of a private run (None for the non-private reference)."""
     if not isinstance(params, PrivateParams):
         return None
-    return tree_accounting(
+    accounting = tree_accounting(
         params.privacy_model,
         params.epsilon,
         params.delta,
@@ -126,6 +137,51 @@ def _accounting(spec: ProblemSpec, params: BatchedParams, report: bool) -> TreeA
         params.reward_bound,
         report,
     )
+    spent = {"noise_multiplier": accounting.noise_multiplier, "silo_sigma": accounting.silo_sigma}
+    if report:
+        spent |= {"epsilon": accounting.epsilon, "epsilon_local": accounting.epsilon_local}
+    require_finite("private_fedlinucb", params.epsilon, params.delta, spent)
+    return accounting
+
+
+def disclosures(summed: bool) -> list[dict[str, str]]:
+    """What the server of ``private_fedlinucb`` sees, field by field: who sends it, when, in what
+    form, and whether the guarantee covers it (the privacy report's ``server_sees``)."""
+    return [
+        {
+            "field": "gram_node, target_node",
+            "when": "each batch's last round (every batch_size rounds)",
+            "seen": "their sum over the silos that answered (secure aggregation)"
+            if summed
+            else "per silo",
+            "guarantee": "inside: the noisy tree node the accounting is about",
+        },
+        {
+            "field": "meta.pulls",
+            "when": "every round",
+            "seen": "per silo, in the clear",
+            "guarantee": "outside, data-independent: the rounds a silo has played",
+        },
+        {
+            "field": "meta.clipped_features, meta.clipped_rewards",
+            "when": "once, in the run's last round",
+            "seen": "per silo, in the clear: the run's totals",
+            "guarantee": "outside: how many of the silo's values left their bounds",
+        },
+        {
+            "field": "reply kind (step or upload) and timing",
+            "when": "every round",
+            "seen": "per silo",
+            "guarantee": "outside, data-independent: the fixed batch schedule",
+        },
+        {
+            "field": "regret record",
+            "when": "once, at the end",
+            "seen": "per silo, in the clear",
+            "guarantee": "outside: the simulation's true regret, a measurement that a silo with "
+            "real data would not have",
+        },
+    ]
 
 
 def _check_batches(spec: ProblemSpec, params: BatchedParams) -> int:
@@ -271,11 +327,10 @@ class BatchedLinUCBClient(ClientLogic):
         self.learners.update(rows, groups, x, r)
         self.batch_gram[rows, groups] += x[:, :, None] * x[:, None, :]
         self.batch_target[rows, groups] += r[:, None] * x
-        meta = {
-            "pulls": self.env.pulls.copy(),
-            "clipped_features": self.clipped_features.copy(),
-            "clipped_rewards": self.clipped_rewards.copy(),
-        }
+        meta = {"pulls": self.env.pulls.copy()}
+        if self.private and self.env.round >= self.env.horizon:  # run totals, once at the end
+            meta["clipped_features"] = self.clipped_features.copy()
+            meta["clipped_rewards"] = self.clipped_rewards.copy()
         batch, ends = divmod(self.env.round, self.params.batch_size)
         if ends or batch > self.num_batches:
             return Message("step", message.round, message.client_ids, {}, meta=meta)
@@ -300,7 +355,8 @@ class BatchedLinUCBClient(ClientLogic):
 
     def quiet(self, reply: Message) -> bool:
         """A round inside a batch: the server only sends the next empty round. The last round is
-        never quiet, so the server receives the final clipping counts."""
+        never quiet, so the server receives the clipping counts (sent then only: per round they
+        would tell the server which round had a value out of bounds)."""
         return reply.kind == "step" and self.env.round < self.env.horizon
 
     def steps_left(self) -> int:
@@ -334,6 +390,9 @@ class BatchedLinUCBServer(ServerLogic):
         self.rounds_done = 0
         self.clients = spec.client_ids.copy()
         self.clipped = np.zeros((spec.num_clients, 2), dtype=np.int64)
+        self.clear_uploads = 0  # uploads that reached the server per silo
+        self.summed_silos: list[int] = []  # the silos in each secure sum, by batch
+        self.lost: dict[int, int] = {}  # silo -> the round it was lost in
 
     def configure(self) -> Message | None:
         ids = self.clients
@@ -378,6 +437,10 @@ class BatchedLinUCBServer(ServerLogic):
             return
         if reply.kind != "upload":
             raise RuntimeError(f"unexpected reply kind {reply.kind!r}")
+        if {"gram_node", "target_node"} <= reply.summed:
+            self.summed_silos.append(len(reply.client_ids))
+        else:
+            self.clear_uploads += 1
         self.batch += 1
         level = tree_level(self.batch)
         self.tree_gram[level] = reply.fields["gram_node"].sum(axis=0)
@@ -388,16 +451,28 @@ class BatchedLinUCBServer(ServerLogic):
         self.download = True
 
     def drop_clients(self, client_ids: np.ndarray) -> None:
+        """Stop addressing lost silos; the round each was lost in goes into the privacy report
+        (a secure sum after it carries fewer silos' noise)."""
         self.clients = remove_clients(self.clients, client_ids, type(self).__name__)
+        for client in np.asarray(client_ids).tolist():
+            self.lost[int(client)] = self.rounds_done - 1
 
     def report(self) -> dict[str, Any]:
-        """The guarantee and its accounting, and how many values the clients clipped."""
+        """The guarantee against the server this run had (``TreeAccounting.report``), what that
+        server saw (``disclosures``), and how many values the clients clipped (the run totals of
+        the silos that reached the last round: a silo lost earlier sends none)."""
         if self.accounting is None:
             return {}
+        privacy = self.accounting.report(
+            self.clear_uploads, self.summed_silos, self.spec.num_clients
+        )
+        summed = self.clear_uploads == 0 and len(self.summed_silos) > 0
         return {
             "privacy": {
-                **self.accounting.as_dict(),
+                **privacy,
                 "noise": bool(getattr(self.params, "noise", True)),
+                "silos_lost": {str(silo): round_ for silo, round_ in sorted(self.lost.items())},
+                "server_sees": disclosures(summed),
             },
             "clipped": {
                 "features": int(self.clipped[:, 0].sum()),
