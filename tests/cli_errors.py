@@ -6,13 +6,14 @@ import subprocess
 import sys
 
 
-def one_line_error(*argv: str) -> str:
-    """Run ``fedbandit ARGV`` in a fresh process; assert exit status 2 and a single line on
-    standard error without a traceback; return that line."""
+def one_line_error(*argv: str, status: int = 2) -> str:
+    """Run ``fedbandit ARGV`` in a fresh process; assert exit ``status`` (2: a mistake caught
+    before anything ran; 75: ask again) and a single line on standard error without a
+    traceback; return that line."""
     done = subprocess.run(
         [sys.executable, "-m", "fedbandit.cli", *argv], capture_output=True, text=True
     )
-    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.returncode == status, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     return lines[0]

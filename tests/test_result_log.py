@@ -104,7 +104,8 @@ def test_detach_status_and_pull_refuse_in_one_line(tmp_path, argv, named):
 
 def test_status_and_pull_say_when_the_superlink_is_unreachable(tmp_path):
     """A detached folder whose SuperLink does not answer (nothing listens on its port): one
-    line naming the SuperLink and that the results wait there; the folder is left as it was."""
+    line naming the SuperLink and that the results wait there, exit 75 (ask again: the wait
+    loop goes on through an outage); the folder is left as it was."""
     import json
     import socket
 
@@ -124,13 +125,13 @@ def test_status_and_pull_say_when_the_superlink_is_unreachable(tmp_path):
     (out / "manifest.json").write_text(json.dumps(manifest))
     before = (out / "manifest.json").read_text()
     for command in ("status", "pull"):
-        line = one_line_error(command, str(out))
+        line = one_line_error(command, str(out), status=75)
         assert f"SuperLink at 127.0.0.1:{port} is unreachable" in line and "run 42" in line
     assert (out / "manifest.json").read_text() == before
     with socket.socket() as probe:  # reached under another address from another machine
         probe.bind(("127.0.0.1", 0))
         other = probe.getsockname()[1]
-    line = one_line_error("status", str(out), "--superlink", f"127.0.0.1:{other}")
+    line = one_line_error("status", str(out), "--superlink", f"127.0.0.1:{other}", status=75)
     assert f"SuperLink at 127.0.0.1:{other} is unreachable" in line
     line = one_line_error(
         "run", "fedpe_tiny", "--seeds", "2", "--set", "horizon=64", "--out", str(out)
