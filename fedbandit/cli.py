@@ -719,7 +719,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kernel_threads()  # a wrong FEDBANDIT_THREADS fails here, before any work starts
         _use_experiment_folders(args)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, where it is handled, not at exit
+        return code
     except FedbanditError as err:
         print(f"fedbandit: error: {err}", file=sys.stderr)
         return 2
