@@ -5,8 +5,9 @@ order in one namespace per page and its ```` ```bash ```` blocks with ``bash -e 
 both in one fresh folder per page, with this environment's ``fedbandit`` first on ``PATH``; its
 ```` ```toml ```` blocks must parse, and those that are whole experiments must validate. A
 block that cannot run here is preceded by ``<!-- skip: next "REASON" -->`` (Sybil's skip, always
-with a reason); one that takes more than about 20 seconds by ``<!-- docs-test: slow -->``, and
-runs in the slow tier, where the page runs whole.
+with a reason); one that takes more than about 20 seconds by ``<!-- docs-test: slow -->``: it
+runs in the slow tier, on its own (in a fresh folder, after the page's skip directives), so a
+slow block must not need an earlier block's files.
 """
 
 from __future__ import annotations
@@ -94,16 +95,21 @@ def is_slow(example: Example) -> bool:
     return example.document.text[: example.region.start].rstrip().endswith(SLOW_MARK)
 
 
-def run_page(path: Path, folder: Path, with_slow: bool) -> dict[str, int]:
-    """Evaluate a page's examples in order; counts of what ran, was skipped and was slow."""
+def run_page(path: Path, folder: Path, slow: bool) -> dict[str, int]:
+    """Evaluate a page's examples in order: its quick blocks (``slow=False``), or only its slow
+    ones (``slow=True``: the quick ones ran in the default tier; a slow block stands alone).
+    Returns how many blocks ran, were skipped, and were left for the other tier."""
     document = SYBIL.parse(path)
     document.namespace["docs_folder"] = folder
-    counts = {"ran": 0, "skipped": 0, "slow": 0}
-    for example in document.examples():
+    counts = {"ran": 0, "skipped": 0, "other tier": 0}
+    examples = list(document.examples())
+    for example, following in zip(examples, [*examples[1:], None], strict=True):
         is_block = example.region.evaluator is not SKIPPER
-        if is_block and is_slow(example) and not with_slow:
-            counts["slow"] += 1
+        if is_block and is_slow(example) != slow:
+            counts["other tier"] += 1
             continue
+        if not is_block and following is not None and is_slow(following) != slow:
+            continue  # a "skip: next" for a block of the other tier
         try:
             example.evaluate()
         except (unittest.SkipTest, NotEvaluated):
@@ -126,7 +132,7 @@ def page_folder(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("path", PAGES, ids=page_id)
 def test_page_runs(path, page_folder):
-    run_page(path, page_folder, with_slow=False)
+    run_page(path, page_folder, slow=False)
 
 
 SLOW_PAGES = [path for path in PAGES if SLOW_MARK in path.read_text()]
@@ -135,8 +141,7 @@ SLOW_PAGES = [path for path in PAGES if SLOW_MARK in path.read_text()]
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SLOW_PAGES, ids=page_id)
 def test_page_runs_with_its_slow_blocks(path, page_folder):
-    counts = run_page(path, page_folder, with_slow=True)
-    assert counts["slow"] == 0 and counts["ran"] > 0
+    assert run_page(path, page_folder, slow=True)["ran"] > 0
 
 
 def fences(path: Path) -> list[tuple[int, str]]:
@@ -186,23 +191,24 @@ def test_the_harness_runs_skips_and_fails(tmp_path, monkeypatch):
     folder = tmp_path / "run"
     folder.mkdir()
     monkeypatch.chdir(folder)
-    assert run_page(page, folder, with_slow=False) == {"ran": 3, "skipped": 1, "slow": 1}
+    assert run_page(page, folder, slow=False) == {"ran": 3, "skipped": 1, "other tier": 1}
     assert (folder / "version.txt").read_text().startswith("fedbandit ")
     assert not (folder / "slow.txt").exists()
-    assert run_page(page, folder, with_slow=True)["ran"] == 4
+    assert run_page(page, folder, slow=True) == {"ran": 1, "skipped": 0, "other tier": 4}
+    assert (folder / "slow.txt").exists()
     for toml, message in (
         ("horizon = = 8", "not valid TOML"),
         ('algorithms = ["fedpe"]\nhorizon = 8\n[instance]\nkind = "nothing"', "not a valid"),
     ):
         page.write_text(f"```toml\n{toml}\n```\n")
         with pytest.raises(Exception, match=message):
-            run_page(page, folder, with_slow=False)
+            run_page(page, folder, slow=False)
     page.write_text("```bash\nfalse\n```\n")
     with pytest.raises(Exception, match="bash block exited 1"):
-        run_page(page, folder, with_slow=False)
+        run_page(page, folder, slow=False)
     page.write_text("```python\nassert 1 == 2\n```\n")
     with pytest.raises(AssertionError):
-        run_page(page, folder, with_slow=False)
+        run_page(page, folder, slow=False)
 
 
 def test_the_command_line_reference_names_every_command_and_option():
