@@ -103,7 +103,8 @@ def run_page(path: Path, folder: Path, slow: bool) -> dict[str, int]:
     document.namespace["docs_folder"] = folder
     counts = {"ran": 0, "skipped": 0, "other tier": 0}
     examples = list(document.examples())
-    for example, following in zip(examples, [*examples[1:], None], strict=True):
+    for index, example in enumerate(examples):
+        following = examples[index + 1] if index + 1 < len(examples) else None
         is_block = example.region.evaluator is not SKIPPER
         if is_block and is_slow(example) != slow:
             counts["other tier"] += 1

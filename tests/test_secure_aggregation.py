@@ -432,8 +432,9 @@ SHUFFLE = ["params.private_fedlinucb.privacy_model='shuffle'"]
 def test_the_shuffle_models_epsilon_is_the_headline_only_when_the_server_saw_sums():
     """Through SecAgg+ the server sees each batch's nodes summed over the silos: the headline is
     the sum model's epsilon (5). The same run in the clear reports epsilon_local (issue 37)."""
-    secure, seen, _, _ = secure_run("fed_private", "private_fedlinucb", overrides=SHUFFLE)
-    plain, _, _, _ = secure_run("fed_private", "private_fedlinucb", secure=False, overrides=SHUFFLE)
+    short = [*SHUFFLE, "horizon=250"]  # 10 batches: the headline does not depend on their number
+    secure, seen, _, _ = secure_run("fed_private", "private_fedlinucb", overrides=short)
+    plain, _, _, _ = secure_run("fed_private", "private_fedlinucb", secure=False, overrides=short)
     np.testing.assert_array_equal(secure.regret.increment_diff, plain.regret.increment_diff)
     assert all(r.summed for r in seen if r.kind == "upload")
     summed, clear = secure.report["privacy"], plain.report["privacy"]
@@ -446,21 +447,21 @@ def test_the_shuffle_models_epsilon_is_the_headline_only_when_the_server_saw_sum
 
 
 def test_after_a_lost_node_the_shuffle_epsilon_comes_from_the_survivors_sums():
-    """Node 103 goes silent at batch 40's upload (--on-client-failure drop): the later sums
-    carry the survivors' noise only, so the sum model's epsilon is recomputed from the sums
+    """Node 103 goes silent at batch 10's upload of 20 (--on-client-failure drop): the later
+    sums carry the survivors' noise only, so the sum model's epsilon is recomputed from the sums
     actually formed (``dropout_epsilon``), above the 5 the run started with, and the report
     names the silos lost and the round."""
     from fedbandit.privacy import dropout_epsilon
 
     outcome, seen, _, _ = secure_run(
-        "fed_private", "private_fedlinucb", policy="drop", overrides=SHUFFLE,
-        silent_from={103: 40 * 25 - 1},
+        "fed_private", "private_fedlinucb", policy="drop", overrides=[*SHUFFLE, "horizon=500"],
+        silent_from={103: 10 * 25 - 1},
     )  # fmt: skip
     assert outcome.status == "complete" and outcome.dropped
     privacy = outcome.report["privacy"]
     assert privacy["silos_lost"] == {str(c): r for c, r in sorted(outcome.dropped.items())}
     sizes = [len(r.client_ids) for r in seen if r.kind == "upload"]
-    assert sizes[:39] == [10] * 39 and set(sizes[39:]) == {10 - len(outcome.dropped)}
+    assert sizes[:9] == [10] * 9 and set(sizes[9:]) == {10 - len(outcome.dropped)}
     expected = dropout_epsilon(privacy["noise_multiplier"], 10, sizes, privacy["delta"])
     assert privacy["epsilon"] == privacy["epsilon_secure_sum"] == expected > 5.1
     assert privacy["silos_per_sum_min"] == 10 - len(outcome.dropped)
