@@ -244,18 +244,26 @@ def installed(dist, tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     done = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(dist["wheel"])],
-        capture_output=True, text=True, timeout=1800, env=ENV,
+        capture_output=True, text=True, timeout=1800, env=outside_env(venv / "bin"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return venv / "bin"
 
 
-def installed_cli(bin_dir: Path, *argv: str, cwd: Path, timeout: float = 600):
-    env = {key: value for key, value in ENV.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+def outside_env(bin_dir: Path) -> dict[str, str]:
+    """The environment of a user of the installed wheel: nothing points back at the checkout
+    (earlier tests or Ray may have put it on ``PYTHONPATH``), the venv's bin first on PATH."""
+    env = {**os.environ, **{key: ENV[key] for key in ENV if key.startswith(("FLWR_", "MPL"))}}
+    for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+        env.pop(key, None)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def installed_cli(bin_dir: Path, *argv: str, cwd: Path, timeout: float = 600):
     return subprocess.run(
         [str(bin_dir / "fedbandit"), *argv],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd, env=outside_env(bin_dir), capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
 
@@ -267,7 +275,7 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
     where = subprocess.run(
         [str(python), "-c", "import fedbandit, importlib.util as u; print(fedbandit.__file__); "
          "print(u.find_spec('pytest') is None)"],
-        cwd=tmp_path, capture_output=True, text=True, check=True,
+        cwd=tmp_path, env=outside_env(installed), capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert not where[0].startswith(str(ROOT)) and where[1] == "True"
 
@@ -298,10 +306,13 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_runs_on_flower(installed, tmp_path):
+def test_an_installed_wheel_runs_on_flower(installed, tmp_path, monkeypatch):
     """The packaged Flower apps: a flower-sim run, and a deployment of the installed
     ``fedbandit superlink`` and ``supernode`` commands, each equal to the local run."""
     from flower_deploy import Deployment, start_loopback
+
+    for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):  # the deployment's processes inherit
+        monkeypatch.delenv(key, raising=False)
 
     tiny = ["fedpe_tiny", "--algorithms", "fedpe", "--seeds", "1", "--quiet",
             "--set", "instance.num_clients=6", "--set", "horizon=256"]  # fmt: skip
