@@ -15,8 +15,8 @@ import pytest
 from cli_errors import one_line_error
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from test_privacy import INSTANCE as PRIVATE_LINUCB_INSTANCE
 
-from fedbandit.contextual.instances import ContextualParams, contextual_instance
 from fedbandit.errors import ConfigError
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
@@ -30,11 +30,7 @@ from fedbandit.privacy import (
 )
 from fedbandit.simulation import build_federation, build_server
 
-CONTEXTUAL = contextual_instance(
-    ContextualParams(
-        setting="shared", contexts="sphere", num_clients=4, num_arms=5, dim=3, noise_sigma=0.5
-    )
-)
+CONTEXTUAL = PRIVATE_LINUCB_INSTANCE  # the instance of test_privacy.py, built once there
 FIXED = paper_synthetic(PaperSyntheticParams(num_clients=4, num_arms=4, dim=3, seed=0))
 LINUCB = {"epsilon": 1.0, "delta": 1e-3, "feature_bound": 1.0, "reward_bound": 0.3}
 FEDPE = {"epsilon": 1.0, "delta": 1e-3, "reward_bound": 0.5}
