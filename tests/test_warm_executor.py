@@ -291,6 +291,70 @@ def test_executor_exits_when_its_parent_dies(tmp_path):
         stop(parent)
 
 
+def run_orphan(tmp_path: Path, body: str) -> tuple[int, float, str]:
+    """Run ``body`` as an executor would (signal handlers and parent watch of ``warm_executor``),
+    kill its parent once it printed "waiting": (exit code, seconds it outlived the parent, log)."""
+    script = tmp_path / "orphan.py"
+    script.write_text(
+        "import sys, threading, time, concurrent.futures\n"
+        "from fedbandit.flower.internals import warm_executor as wx\n"
+        "wx._stop_on_signals()\n"
+        "wx.watch_parent(int(sys.argv[1]))\n" + body
+    )
+    out = tmp_path / "orphan.log"
+    parent = subprocess.Popen(["sleep", "300"])
+    process = None
+    try:
+        with open(out, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, str(script), str(parent.pid)], stdout=log, stderr=log
+            )
+        deadline = time.monotonic() + 60
+        while "waiting" not in out.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.05)
+        stop(parent)
+        started = time.monotonic()
+        code = process.wait(timeout=20)
+        return code, time.monotonic() - started, out.read_text()
+    finally:
+        stop(parent)
+        if process is not None:
+            stop(process)
+
+
+def test_an_orphaned_executor_stuck_in_a_task_ends(tmp_path):
+    """Issue 39: the executor's main thread waits without a timeout in Flower's object pulls and
+    pushes (``as_completed`` over threads retrying a request to a SuperNode that is gone); a
+    signal raised in the watching thread never interrupted that wait. Now the parent's death
+    stops every retry and signals the process, whose main thread then exits at once."""
+    code, seconds, log = run_orphan(
+        tmp_path,
+        "pool = concurrent.futures.ThreadPoolExecutor(2)\n"
+        "def retrying():\n"  # a retried request: gives up once the executor stops
+        "    while not wx.STOPPING.is_set():\n"
+        "        time.sleep(0.05)\n"
+        "future = pool.submit(retrying)\n"
+        "print('waiting', flush=True)\n"
+        "for done in concurrent.futures.as_completed([future]):\n"  # no timeout, as Flower's
+        "    done.result()\n",
+    )
+    assert code == 0 and seconds < 2 and "stopping (the SuperNode" in log, log
+
+
+def test_an_executor_whose_clean_up_hangs_is_ended_by_the_last_resort(tmp_path):
+    """A thread that never ends (a request that never returns) keeps a Python process from
+    exiting after SystemExit: ``os._exit`` ends it ``STOP_GRACE_SECONDS`` after the stop."""
+    code, seconds, log = run_orphan(
+        tmp_path,
+        "wx.STOP_GRACE_SECONDS = 0.5\n"
+        "threading.Thread(target=lambda: time.sleep(300)).start()\n"  # not a daemon
+        "print('waiting', flush=True)\n"
+        "time.sleep(300)\n",
+    )
+    assert code == 0 and 0.5 <= seconds < 3 and "exiting now" in log, log
+
+
 def children(pid: int) -> list[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(p) for p in path.read_text().split()] if path.exists() else []

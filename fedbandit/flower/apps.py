@@ -53,7 +53,7 @@ from fedbandit.flower.codec import (
     get_ahead,
     set_handler_seconds,
 )
-from fedbandit.flower.deployment import ERROR_MARK, unreachable
+from fedbandit.flower.deployment import ERROR_MARK, keep_on_server, run_record, unreachable
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.flower.internals import pull_backoff
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
@@ -497,7 +497,9 @@ def exit_when_unreachable(
             address,
             grace_seconds,
         )
-        signal.raise_signal(signal.SIGINT)
+        # process-directed: delivered to the main thread, whatever wait it is in (a signal
+        # raised from this thread would wait for the main thread to run Python code)
+        os.kill(os.getpid(), signal.SIGINT)
         time.sleep(10)
         os._exit(1)
 
@@ -508,10 +510,11 @@ def exit_when_unreachable(
 
 def _write_result(job: FlowerJob, context: Context, seconds: float) -> SeedResult:
     """Send the finished seed's files to the driver through the run's log
-    (``fedbandit.flower.result_log``); also write them into ``result-dir`` when the run config
-    names one (the driver on the SuperLink's host: the seed's JSON appearing there tells it the
-    run is ending)."""
-    from fedbandit.results import seed_files, write_files  # pandas: the ServerApp's end only
+    (``fedbandit.flower.result_log``), with the run's record (``deployment.run_record``: what
+    ``fedbandit pull --run-id`` rebuilds a lost folder from). Nothing is written where the
+    driver says: a copy stays on this host only in the folder its operator named
+    (``deployment.keep_on_server``)."""
+    from fedbandit.results import seed_files  # pandas: the ServerApp's end only
 
     outcome = job.results.pop()
     result = SeedResult.of(job.algorithm, job.entropy, outcome, seconds)
@@ -519,11 +522,9 @@ def _write_result(job: FlowerJob, context: Context, seconds: float) -> SeedResul
         **latency_file(job.algorithm, job.spec.seed, job.timings),
         **seed_files(job.config, job.spec.seed, result),
     }
-    for line in encode_files(files):  # before the JSON appears: the driver then reads the log
+    for line in encode_files({**run_record(job, context), **files}):
         write_line(line)
-    result_dir = str(context.run_config.get("result-dir", ""))
-    if result_dir:
-        write_files(Path(result_dir), files)
+    keep_on_server(context, files)
     return result
 
 

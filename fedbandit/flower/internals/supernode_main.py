@@ -14,7 +14,8 @@ With ``--warm-executor`` (taken out of the arguments Flower sees) the SuperNode 
 as a child (same Python and environment) on the SuperNode's runtime API (``--host``/``--port``):
 one warm process runs every ClientApp task instead of a fresh ``flwr-clientapp`` process per
 message.
-The child is stopped when the SuperNode exits, and stops itself if this process dies.
+The child is stopped when the SuperNode exits (from Flower's exit handlers, and again when this
+launcher returns), and stops itself if this process dies.
 
 It also shortens the SuperNode's wait for the objects of a message it saw before they finished
 uploading (``fedbandit.flower.internals.pull_backoff``: 0.02 s doubling to 0.2 s instead of 1 s
@@ -111,6 +112,19 @@ def stop_process(process: subprocess.Popen, seconds: float = 5.0) -> None:
             process.wait()
 
 
+def _stop_with_flower(executor: subprocess.Popen) -> None:
+    """SIGTERM the warm executor from Flower's own exit path (``flwr_exit``, which may end this
+    process with ``os._exit`` before a ``finally`` here runs); the executor ends itself within its
+    grace period (``warm_executor.STOP_GRACE_SECONDS``), and also when this process is gone."""
+    from flwr.supercore.exit.exit_handler import add_exit_handler
+
+    def terminate() -> None:
+        if executor.poll() is None:
+            executor.terminate()
+
+    add_exit_handler(terminate, run_before_force_exit=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     flower_args = list(sys.argv[1:] if argv is None else argv)
     try:  # the settings first: a wrong one is one line, before any process starts
@@ -131,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         # Started first: its imports overlap the SuperNode's; it waits for the runtime API.
         executor = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    if executor is not None:
+        _stop_with_flower(executor)
     try:
         install_poll_interval(poll_seconds)
         if backoff is not None:

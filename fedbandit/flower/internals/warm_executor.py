@@ -12,8 +12,14 @@ reply Flower makes when the ClientApp raises) and the task output with the updat
 send task heartbeats meanwhile. Unlike ``flwr-clientapp`` it never registers exit handlers or calls
 ``flwr_exit`` per task; a failing task leaves the executor running.
 
-It exits on SIGTERM/SIGINT and when the ``--parent-pid`` process (its SuperNode) is gone.
-``fedbandit.flower.internals.supernode_main --warm-executor`` starts one next to the SuperNode.
+It exits on SIGTERM/SIGINT and when the ``--parent-pid`` process (its SuperNode) is gone, in
+whatever it is doing: ``stop`` (a signal handler, or the thread that watches the SuperNode) makes
+every retried request give up at once, interrupts the main thread with a process-directed SIGTERM
+(a signal raised from another thread would not interrupt a wait in the main thread, such as
+Flower's wait for the object pulls and pushes of a task), and ends the process with ``os._exit``
+if it is still there ``STOP_GRACE_SECONDS`` later. No request to the SuperNode is retried for more
+than ``RETRY_SECONDS``. ``fedbandit.flower.internals.supernode_main --warm-executor`` starts one
+next to the SuperNode.
 
 Differences from ``flwr-clientapp``, all deliberate: the objects of a task's message are asked
 for again after 0.02-0.2 s, not 1-10 s (the task is acquired before the SuperNode has them), and
@@ -107,6 +113,14 @@ POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 DEFAULT_POLL_SECONDS = 0.1
 #: Longest wait between retries of a failed runtime API request (Flower's: 20 s).
 MAX_RETRY_DELAY = 2
+#: Longest a runtime API request is retried (transport errors, HTTP 502-504) before it fails:
+#: the SuperNode is gone (Flower's: without limit, which kept an orphaned executor waiting).
+RETRY_SECONDS = 30.0
+#: Seconds a stopping executor has for its clean-up (the running task reported failed, clients
+#: closed, threads joined) before ``os._exit`` ends it.
+STOP_GRACE_SECONDS = 5.0
+#: Set once the executor is stopping: no request is retried any more.
+STOPPING = threading.Event()
 #: Modules imported at start-up so that the first task does not pay for them.
 DEFAULT_PRELOAD = ("fedbandit.flower.apps",)
 LOAD_ERROR_REASON = "An exception was raised when attempting to load `ClientApp`"
@@ -129,11 +143,12 @@ def error_of(ex: BaseException) -> tuple[int, str]:
 def retry_invoker(*closing: threading.Event) -> RetryInvoker:
     """Flower's HTTP retry policy (transport errors, 502/503/504) without its side effects:
     ``make_simple_http_retry_invoker`` sends SIGINT to the whole process on HTTP 401 (an expired
-    task token), which would stop this executor. Once any ``closing`` event is set nothing is
-    retried (as flwr-clientapp's exit handler does)."""
+    task token), which would stop this executor. Once any ``closing`` event (or ``STOPPING``) is
+    set nothing is retried (as flwr-clientapp's exit handler does), and no request is retried for
+    longer than ``RETRY_SECONDS``."""
 
     def give_up(exc: Exception) -> bool:
-        if any(event.is_set() for event in closing):
+        if STOPPING.is_set() or any(event.is_set() for event in closing):
             return True
         return (
             isinstance(exc, httpx.HTTPStatusError)
@@ -147,7 +162,7 @@ def retry_invoker(*closing: threading.Event) -> RetryInvoker:
         lambda: exponential(max_delay=MAX_RETRY_DELAY),
         (*_RETRYABLE_TRANSPORT_ERRORS, httpx.HTTPStatusError),
         max_tries=None,
-        max_time=None,
+        max_time=RETRY_SECONDS,
         should_giveup=give_up,
         wait_function=wait,
     )
@@ -342,11 +357,18 @@ class WarmExecutor:
             clock.append(time.perf_counter())
         finally:
             # As flwr-clientapp's exit handler: no more retries; the status and context last.
+            # Failures here are logged, not raised: a stop (SystemExit) must reach the caller.
             task_done.set()
-            if heartbeat.is_running:
-                heartbeat.stop()
-            push_task_output(client=client, context=context, sub_status=sub_status, details=details)
-            client.close()
+            try:
+                if heartbeat.is_running:
+                    heartbeat.stop()
+                push_task_output(
+                    client=client, context=context, sub_status=sub_status, details=details
+                )
+            except Exception as ex:  # the SuperNode is gone: nobody to report to
+                log(WARNING, "[warm-executor] could not report the task's output: %r", ex)
+            finally:
+                client.close()
         clock.append(time.perf_counter())
         self.tasks += 1
         steps = [b - a for a, b in itertools.pairwise(clock)]
@@ -361,22 +383,50 @@ class WarmExecutor:
         return sub_status
 
 
+def stop(reason: str, code: int = 0) -> None:
+    """End this process, from any thread: nothing is retried any more (``STOPPING``), the main
+    thread is interrupted (a process-directed SIGTERM, which Linux delivers to the main thread;
+    its handler raises SystemExit there, even inside a blocking wait), and a last-resort timer
+    ends the process with ``os._exit(code)`` after ``STOP_GRACE_SECONDS`` should the clean-up
+    hang. Calling it again does nothing more."""
+    if STOPPING.is_set():
+        return
+    STOPPING.set()
+    log(INFO, "[warm-executor] stopping (%s)", reason)
+    _last_resort(code)
+    if threading.current_thread() is not threading.main_thread():
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _last_resort(code: int) -> None:
+    def end() -> None:
+        time.sleep(STOP_GRACE_SECONDS)
+        log(WARNING, "[warm-executor] clean-up took over %g s: exiting now", STOP_GRACE_SECONDS)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+    threading.Thread(target=end, name="last-resort-exit", daemon=True).start()
+
+
 def _stop_on_signals() -> None:
-    """SIGTERM/SIGINT end the executor (SystemExit: the running task reports failure first); a
-    second signal while that clean-up runs ends the process at once."""
+    """SIGTERM/SIGINT end the executor (``stop``, then SystemExit in the main thread: the running
+    task reports failure first); a second signal while that clean-up runs ends the process at
+    once."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, lambda s, _f: os._exit(128 + s))
         signal.signal(signal.SIGINT, lambda s, _f: os._exit(128 + s))
-        log(INFO, "[warm-executor] stopping (%s)", signal.Signals(signum).name)
+        stop(signal.Signals(signum).name)  # a no-op when ``stop`` sent this signal
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
 
 
-def watch_parent(pid: int, seconds: float = 0.2) -> None:
-    """SIGINT this process when process ``pid`` is gone (or, if it is our parent, when we were
+def watch_parent(pid: int, seconds: float = 0.2) -> threading.Thread:
+    """``stop`` this process when process ``pid`` is gone (or, if it is our parent, when we were
     orphaned: a dead parent not yet reaped still exists as a zombie)."""
     child = os.getppid() == pid
 
@@ -394,9 +444,11 @@ def watch_parent(pid: int, seconds: float = 0.2) -> None:
     def watch() -> None:
         while not gone():
             time.sleep(seconds)
-        signal.raise_signal(signal.SIGINT)
+        stop(f"the SuperNode (process {pid}) is gone")
 
-    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+    thread = threading.Thread(target=watch, name="watch-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
