@@ -38,6 +38,7 @@ from fedbandit.flower.certs import add_cli as add_keys_command
 from fedbandit.flower.deployment import (
     DEFAULT_SUPERLINK_PORT,
     DEFAULT_SUPERNODE_PORT,
+    SERVER_RESULTS_VARIABLE,
     AskAgainError,
     ServerTls,
     Submission,
@@ -245,7 +246,11 @@ def _detach(config: ExperimentConfig, options: RuntimeOptions, args: argparse.Na
 
 def _reach(args: argparse.Namespace) -> dict[str, object]:
     """How ``status`` and ``pull`` reach the SuperLink, where given on the command line."""
-    return {"superlink": args.superlink, "root_certificates": args.root_certificates}
+    return {
+        "superlink": args.superlink,
+        "root_certificates": args.root_certificates,
+        "insecure": getattr(args, "insecure", False) or None,
+    }
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -273,18 +278,31 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     from fedbandit.runner import pull_detached, summary_table
 
     try:
-        manifest = pull_detached(args.out, reach=_reach(args))
+        manifest = pull_detached(args.out, reach=_reach(args), run_id=args.run_id)
     except AskAgainError as err:
         print(f"fedbandit: {err}", file=sys.stderr)
         return ASK_AGAIN
     for why in manifest["broken"]:
         print(f"fedbandit: warning: skipped result files: {why}", file=sys.stderr)
     arrived, wanted = manifest["arrived"], manifest["wanted"]
+    if manifest.get("rebuilt_now"):
+        print(
+            f"fedbandit: rebuilt {args.out} from the log of Flower run "
+            f"{manifest['detached']['flower_run']}"
+        )
     print(f"fedbandit: pulled {manifest['pulled']} new runs; {arrived} of {wanted} have arrived")
     if manifest["status"] == "complete":
         if not args.quiet:
             print(summary_table(read_json(args.out / "summary.json")))
         print(f"results: {args.out} (plots in its plots/ folder)")
+        return 0
+    if arrived == wanted:  # the folder also lacks runs the Flower run did not hold
+        print(
+            f"fedbandit: every run of the detached run is here; the folder lacks "
+            f"{len(manifest['missing_runs'])} runs it did not hold (rerun with --out {args.out} "
+            "to add them)",
+            file=sys.stderr,
+        )
         return 0
     if "stopped" in manifest:
         print(
@@ -307,7 +325,10 @@ def _cmd_superlink(args: argparse.Namespace) -> int:
     command = superlink_command(
         args.state_dir, args.host, args.port, tls, args.insecure, args.node_auth, args.in_memory
     )
-    return _exec_flower(command, args.state_dir, args.print_command)
+    extra = {}
+    if args.results_dir is not None:  # the ServerApp, a child of the SuperLink, inherits it
+        extra[SERVER_RESULTS_VARIABLE] = str(args.results_dir.resolve())
+    return _exec_flower(command, args.state_dir, args.print_command, extra)
 
 
 def _cmd_supernode(args: argparse.Namespace) -> int:
@@ -363,6 +384,13 @@ def _add_deployment_commands(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="keep the SuperLink state in memory: faster rounds, but a SuperLink restart forgets "
         "nodes, runs and registered keys",
+    )
+    link.add_argument(
+        "--results-dir",
+        type=Path,
+        metavar="DIR",
+        help="also keep a copy of every seed's files on this host, in DIR/<the driver folder's "
+        "name> (the results always reach the driver through the run's log)",
     )
     link.add_argument("--print-command", action="store_true", help="print the Flower command")
     link.set_defaults(func=_cmd_superlink)
@@ -638,7 +666,11 @@ def build_parser() -> argparse.ArgumentParser:
         "pull", help="fetch the finished seeds of a detached run (again: only the new ones)"
     )
     for command in (status, pull):
-        command.add_argument("out", type=Path, help="the folder of `fedbandit run ... --detach`")
+        command.add_argument(
+            "out",
+            type=Path,
+            help="the folder of `fedbandit run ... --detach` (pull --run-id: one to rebuild)",
+        )
         command.add_argument(
             "--superlink",
             help="HOST:PORT of the SuperLink from here (default: as recorded)",
@@ -648,6 +680,16 @@ def build_parser() -> argparse.ArgumentParser:
         )
     status.set_defaults(func=_cmd_status)
     pull.add_argument("--quiet", action="store_true", help="no table")
+    pull.add_argument(
+        "--run-id",
+        type=int,
+        metavar="ID",
+        help="rebuild OUT from this Flower run's log alone (a lost folder): give --superlink "
+        "and --root-certificates or --insecure",
+    )
+    pull.add_argument(
+        "--insecure", action="store_true", help="plain HTTP to the SuperLink (with --run-id)"
+    )
     pull.set_defaults(func=_cmd_pull)
 
     _add_deployment_commands(sub)

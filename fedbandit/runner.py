@@ -27,6 +27,8 @@ from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError, DeploymentError, RunStoppedError
 from fedbandit.executors.ray_executor import run_on_ray
 from fedbandit.flower.deployment import (
+    AskAgainError,
+    DetachedState,
     Submission,
     UnknownRunError,
     detached_state,
@@ -381,7 +383,7 @@ def run_experiment(
     if detach and tasks:
         submission = Submission.of(options, run_dir)
         manifest["detached"] = {
-            "flower_run": submit_detached(submission, tasks),
+            "flower_run": submit_detached(submission, tasks, run_dir),
             "superlink": options.superlink,
             "runs": [f"{spec.algorithm}/seed_{spec.seed}" for spec in tasks],
             "submitted": dt.datetime.now().isoformat(timespec="seconds"),
@@ -435,7 +437,10 @@ def _refuse_pending_detached(run_dir: Path, manifest: dict[str, Any]) -> None:
     """A folder whose detached Flower run may still deliver seeds is not run again (two runs
     would share its nodes, and the first one's seeds could no longer be pulled)."""
     detached = manifest.get("detached")
-    if detached and manifest.get("status") != "complete" and "stopped" not in manifest:
+    if not detached or manifest.get("status") == "complete" or "stopped" in manifest:
+        return
+    runs, missing = detached.get("runs", []), manifest.get("missing_runs", [])
+    if not runs or any(run in missing for run in runs):  # else: only runs it did not hold
         raise ConfigError(
             f"{run_dir} holds detached Flower run {detached['flower_run']}, not yet ended or "
             f"pulled: `fedbandit pull {run_dir}` until it is complete (a run that ended without "
@@ -447,8 +452,8 @@ def _detached_run(
     run_dir: Path, reach: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], Submission, int]:
     """The manifest of a folder made by ``run --detach``, the submission that reaches its
-    SuperLink (as recorded, or with ``reach``'s ``superlink`` and ``root_certificates`` from
-    another machine) and the Flower run id."""
+    SuperLink (as recorded, or with ``reach``'s ``superlink``, ``root_certificates`` or
+    ``insecure`` from another machine) and the Flower run id."""
     manifest_path = Path(run_dir) / "manifest.json"
     if not manifest_path.is_file():
         raise ConfigError(f"{run_dir} holds no run (no manifest.json)")
@@ -460,7 +465,12 @@ def _detached_run(
             "makes one"
         )
     options = RuntimeOptions.model_validate(manifest["runtime_options"])
-    given = {key: value for key, value in (reach or {}).items() if value is not None}
+    reach = reach or {}
+    given = {key: reach[key] for key in ("superlink", "root_certificates") if reach.get(key)}
+    if reach.get("insecure"):
+        given.update(insecure=True, root_certificates=None)
+    elif "root_certificates" in given:
+        given["insecure"] = False
     if given:
         options = options.model_copy(update=given)
     return manifest, Submission.of(options, Path(run_dir)), int(detached["flower_run"])
@@ -498,22 +508,48 @@ def detached_status(
 
 
 def pull_detached(
-    run_dir: Path, plots: bool = True, reach: dict[str, Any] | None = None
+    run_dir: Path,
+    plots: bool = True,
+    reach: dict[str, Any] | None = None,
+    run_id: int | None = None,
 ) -> dict[str, Any]:
     """Fetch the seeds of a detached run that have finished and are not in ``run_dir`` yet
     (idempotent: a seed already here is left as it is), then update the manifest and
     ``summary.json`` (and the plots once every seed has arrived). Returns the manifest, with
     ``pulled`` (how many seeds this call fetched) and, once the Flower run has ended without
-    every seed, ``stopped`` (why)."""
+    every seed, ``stopped`` (why).
+
+    With ``run_id`` (``pull --run-id``) a folder without a run (lost, or never made here) is
+    rebuilt from that Flower run's log alone (``rebuild_detached``); ``reach`` must then say
+    how to reach the SuperLink."""
     run_dir = Path(run_dir)
-    manifest, submission, run_id = _detached_run(run_dir, reach)
+    if run_id is not None and not (run_dir / "manifest.json").is_file():
+        return rebuild_detached(run_dir, run_id, reach or {}, plots)
+    manifest, submission, recorded_id = _detached_run(run_dir, reach)
+    if run_id is not None and run_id != recorded_id:
+        raise ConfigError(
+            f"{run_dir} holds detached Flower run {recorded_id}, not {run_id}: choose another "
+            "folder to rebuild that run in"
+        )
     config = validate_experiment(manifest["config"])
     try:
-        state = detached_state(submission, run_id)
+        state = detached_state(submission, recorded_id)
     except UnknownRunError as err:  # its seeds will never come: the folder may be resumed
         manifest["stopped"] = str(err)
         atomic_write_json(run_dir / "manifest.json", manifest)
         raise
+    return _take_seeds(run_dir, manifest, config, state, plots)
+
+
+def _take_seeds(
+    run_dir: Path,
+    manifest: dict[str, Any],
+    config: ExperimentConfig,
+    state: DetachedState,
+    plots: bool,
+) -> dict[str, Any]:
+    """``pull_detached``'s second half: write the seeds of ``state`` not yet in ``run_dir``,
+    then the manifest, ``summary.json`` and, once complete, the plots."""
     pulled = 0
     for (algorithm, seed), files in state.files.items():
         if seed_status(run_dir, algorithm, seed) is None:
@@ -540,6 +576,75 @@ def pull_detached(
         "wanted": len(wanted),
         "broken": state.broken,
     }
+
+
+def rebuild_detached(
+    run_dir: Path, run_id: int, reach: dict[str, Any], plots: bool = True
+) -> dict[str, Any]:
+    """``fedbandit pull --run-id ID --superlink HOST:PORT OUT``: a detached run's folder made
+    anew from Flower run ``run_id``'s log alone (a lost folder, or a run submitted elsewhere).
+    Every seed's emission carries the run's record (``RUN_RECORD``: the job, with the
+    experiment's configuration and the runtime options, and every seed of the run), so the
+    folder gets the manifest and ``config.toml`` the submitting command wrote, then the seeds
+    that have finished, as ``pull`` fetches them; later ``pull OUT`` calls go on from there.
+    ``AskAgainError`` while no seed has finished yet (nothing to rebuild from so far)."""
+    from fedbandit.flower.job import job_from_json
+
+    if not reach.get("superlink"):
+        raise ConfigError(
+            "pull --run-id needs --superlink HOST:PORT (there is no folder to read it from)"
+        )
+    if not reach.get("insecure") and reach.get("root_certificates") is None:
+        raise ConfigError(
+            "pull --run-id needs --root-certificates CA.crt (TLS) or --insecure to reach the "
+            "SuperLink (there is no folder to read them from)"
+        )
+    check_out_dir(run_dir)
+    connection = RuntimeOptions.of(
+        runtime="flower",
+        superlink=reach["superlink"],
+        insecure=bool(reach.get("insecure")),
+        root_certificates=reach.get("root_certificates"),
+    )
+    submission = Submission.of(connection, run_dir)
+    state = detached_state(submission, run_id)
+    if state.record is None:
+        if state.status.startswith("finished") and not state.files:
+            raise DeploymentError(
+                f"Flower run {run_id} ended ({state.status}) without a seed's files in its log: "
+                "there is nothing to rebuild a folder from"
+                + (f" ({state.error})" if state.error else "")
+            )
+        if state.files:
+            raise DeploymentError(
+                f"the log of Flower run {run_id} holds seeds' files but no record of the run "
+                "(made by a fedbandit before 'pull --run-id'): pull it into its own folder"
+            )
+        raise AskAgainError(
+            f"no seed of Flower run {run_id} ({state.status}) has finished yet, so its log "
+            "holds nothing to rebuild the folder from; it goes on, ask again"
+        )
+    job = job_from_json(str(state.record["job"]))
+    spec = job.spec
+    options = spec.options.model_copy(
+        update={
+            "superlink": connection.superlink,
+            "insecure": connection.insecure,
+            "root_certificates": connection.root_certificates,
+        }
+    )
+    config = spec.experiment
+    instance = build_instance(config.instance)
+    manifest = prepare_run_folder(config, run_dir, 1, options, instance)
+    listed = state.record.get("runs", [])
+    runs = [str(label) for label in listed] if isinstance(listed, list) else []
+    manifest["detached"] = {
+        "flower_run": run_id,
+        "superlink": connection.superlink,
+        "runs": runs,
+        "rebuilt": dt.datetime.now().isoformat(timespec="seconds"),
+    }
+    return {**_take_seeds(run_dir, manifest, config, state, plots), "rebuilt_now": True}
 
 
 def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str, Any]) -> None:
@@ -576,7 +681,8 @@ def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: Progress) ->
     Inline, a seed aborted under ``on_client_failure = "abort"`` (lost clients) ends the whole
     run: the tasks after it are not started, and the reason is returned (None: all ran). A
     runtime that runs a command's seeds in one go (``RuntimeEntry.run_seeds``: flower-sim, one
-    simulation for all of them) gets them all at once."""
+    simulation for all of them; flower, which carries the clients lost for good under ``drop``
+    from seed to seed) gets them all at once."""
     if not tasks:
         return None
     if workers == 1:
@@ -603,7 +709,7 @@ def run_tasks(tasks: list[tuple[RunSpec, Path]], workers: int, bar: Progress) ->
 
         entry = RUNTIMES[tasks[0][0].options.runtime]
         if entry.run_seeds is not None:
-            bar.set_postfix_str(f"{len(tasks)} runs in one {entry.name} run")
+            bar.set_postfix_str(f"{len(tasks)} runs on {entry.name}")
             entry.run_seeds(tasks, finished)
         else:
             for spec, run_dir in tasks:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbandit.flower.deployment import Submission, run_seed
+from fedbandit.flower.deployment import Submission, run_seed, run_seeds
 from fedbandit.flower.simulation import simulate_flower, simulate_flower_seeds
 from fedbandit.registry import build_instance
 from fedbandit.results import seed_files, write_files, write_seed_result
@@ -29,7 +29,8 @@ class RuntimeEntry:
     """A registered runtime: how one seed of a ``RunSpec`` runs and leaves its files in the run
     folder. ``parallel`` runtimes may run seeds in worker processes; the others (Flower's) do
     their parallel work on nodes and run seeds one after another. ``run_seeds``, where given,
-    runs a command's seeds (spec, run folder) in one go (one start of its machinery), calling
+    runs a command's seeds (spec, run folder) in one go (one start of its machinery, or what one
+    seed tells the next: a deployment's clients lost for good under ``drop``), calling
     ``finished`` after each seed's files are written and stopping when it returns False."""
 
     name: str
@@ -103,6 +104,6 @@ RUNTIMES: dict[str, RuntimeEntry] = {
             False,
             _run_flower_sim_seeds,
         ),
-        RuntimeEntry("flower", RUNTIME_NAMES["flower"], _run_flower, False),
+        RuntimeEntry("flower", RUNTIME_NAMES["flower"], _run_flower, False, run_seeds),
     )
 }

@@ -12,8 +12,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,3 +173,52 @@ def live_commands() -> list[str]:
         if state != "Z":
             found.append(command)
     return found
+
+
+@contextlib.contextmanager
+def tcp_forwarder(target: tuple[str, int]) -> Iterator[str]:
+    """A TCP forwarder on a free loopback port to ``target`` (HOST, PORT), standing for an SSH
+    tunnel (``ssh -L PORT:HOST:PORT``): yields its ``127.0.0.1:PORT``; every connection is
+    piped both ways until either side closes. Stopped (and its connections closed) on exit."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+    open_sockets: list[socket.socket] = []
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            client.settimeout(None)
+            open_sockets.extend([client, upstream])
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    thread = threading.Thread(target=serve, name="tcp-forwarder", daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+        for sock in open_sockets:
+            with contextlib.suppress(OSError):
+                sock.close()

@@ -234,11 +234,13 @@ def test_per_step_protocols_run_ahead_on_a_deployment(deployment, tmp_path):
 
 
 def test_results_come_back_through_the_run_log(deployment, tmp_path):
-    """The ServerApp writes nothing on its host (``same_host=False``, as for a SuperLink on
-    another machine): the seed's files reach the driver's folder through the Flower run's log,
-    checked by SHA-256; the CSVs equal the local run's byte for byte, the JSON but its seconds."""
+    """The ServerApp writes nothing on its host, even beside the driver on loopback (it is
+    told no path of the driver's): the seed's files reach the driver's folder through the
+    Flower run's log, checked by SHA-256; the CSVs equal the local run's byte for byte, the JSON
+    but its seconds; the run's record travels with them and is not written."""
     from fedbandit.config import load_experiment
-    from fedbandit.flower.deployment import Submission, run_seed
+    from fedbandit.flower.deployment import RUN_RECORD, Submission, run_seed
+    from fedbandit.flower.result_log import decode_files
     from fedbandit.runspec import RunSpec, RuntimeOptions
     from fedbandit.runtimes import local_seed_files
 
@@ -250,7 +252,7 @@ def test_results_come_back_through_the_run_log(deployment, tmp_path):
     spec = RunSpec(experiment=experiment, algorithm="fedpe", seed=0, options=options)
     submission = Submission(superlink=superlink, state_dir=tmp_path / "flwr", insecure=True)
     out = tmp_path / "driver"
-    run_id = run_seed(submission, spec, out, same_host=False)
+    run_id = run_seed(submission, spec, out)
     local = local_seed_files(spec)
     for path, text in local.items():
         arrived = (out / path).read_text()
@@ -263,6 +265,9 @@ def test_results_come_back_through_the_run_log(deployment, tmp_path):
     assert (out / "runs" / "fedpe" / "seed_0.latency.csv").is_file()
     carried = submission.fetch_result_files(run_id, "fedpe seed 0")
     assert set(carried) == {*local, "runs/fedpe/seed_0.latency.csv"}
+    assert [path.name for path in out.iterdir()] == ["runs"]  # no record written
+    record = json.loads(decode_files(submission.log_text(run_id), "run")[RUN_RECORD])
+    assert record["runs"] == ["fedpe/seed_0"] and record["flower_run"] == run_id
 
 
 def test_a_detached_run_is_followed_and_pulled(deployment, tmp_path, capsys):
@@ -313,6 +318,22 @@ def test_a_detached_run_is_followed_and_pulled(deployment, tmp_path, capsys):
     assert "pulled 0 new runs; 2 of 2" in capsys.readouterr().out
     assert run_cli("status", str(out)) == 0
     assert capsys.readouterr().out.count("pulled (complete)") == 2
+    # The folder is lost: the run's log alone rebuilds it (issue 40, item 4).
+    flower_run = str(manifest["detached"]["flower_run"])
+    rebuilt = tmp_path / "rebuilt"
+    code = run_cli(
+        "pull", str(rebuilt), "--run-id", flower_run, "--superlink", superlink, "--insecure",
+        "--quiet",
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert f"rebuilt {rebuilt} from the log of Flower run {flower_run}" in capsys.readouterr().out
+    assert_same_results(tmp_path / "local", rebuilt, ["fedpe"])
+    for name in ("seed_1.regret.csv", "seed_1.json", "seed_0.latency.csv"):
+        assert (rebuilt / "runs" / "fedpe" / name).read_bytes() == (
+            out / "runs" / "fedpe" / name
+        ).read_bytes()
+    again = read_json(rebuilt / "manifest.json")
+    assert again["status"] == "complete" and again["config"] == manifest["config"]
 
 
 #: Prints whether a TCP connection to HOST PORT (argv) succeeds.
@@ -434,3 +455,61 @@ def test_secure_aggregation_on_three_supernodes_as_locally(deployment, tmp_path)
     sums = summed["report"]["secure_aggregation"]
     assert sums["nodes"] == 3 and sums["threshold"] == 3 and sums["exchanges"] > 0
     assert sums["clipped_values"] == 0 and sums["lost_nodes"] == 0
+
+
+def test_a_superlink_through_a_tunnel_gives_the_same_folder(deployment, tmp_path):
+    """A SuperLink on another host reached through a TCP forwarder on the driver's loopback
+    (standing for `ssh -L`): the address looks local, but where the results go is decided by
+    what the ServerApp can see, not by the address's form. The SuperLink's host sees the
+    driver's folder as an empty read-only file system (its own mount namespace); the results
+    come back through the run's log into the driver's folder, equal to a local run, and the
+    SuperLink host keeps a copy only in the folder its operator named (`--results-dir`), under
+    the driver folder's name (issue 40, item 1)."""
+    import subprocess
+
+    from flower_deploy import tcp_forwarder
+    from netns import netns_available, virtual_hosts
+
+    if reason := netns_available():
+        pytest.skip(reason)
+    experiment = ["fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]']
+    assert run_cli("run", *experiment, "--out", str(tmp_path / "local")) == 0
+    driver = tmp_path / "driver"  # on the SuperLink's host: an empty read-only file system
+    driver.mkdir()
+    kept = tmp_path / "operator-results"
+
+    def far_host(host):
+        def wrap(argv: list[str]) -> list[str]:
+            hide = f'mount -t tmpfs -o ro tmpfs {driver} && exec "$@"'
+            return host.command(["sh", "-c", hide, "sh", *argv])
+
+        return wrap
+
+    with virtual_hosts(2) as net:
+        link, nodes = net.hosts
+        address = deployment.superlink(
+            9092, "--insecure", "--results-dir", str(kept), host=link.address,
+            wrap=far_host(link),
+        )  # fmt: skip
+        net.wait_for_tcp(link.address, 9092, timeout=30)
+        for i, clients in enumerate(["0-2", "3-5"]):
+            deployment.supernode(
+                f"node{i}", address, clients, 9094 + i, "--insecure", wrap=nodes.command
+            )
+        probe = far_host(link)(["sh", "-c", f"ls -A {driver}; touch {driver}/x"])
+        seen = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        assert seen.stdout == "" and "Read-only" in seen.stderr, seen  # what the far side sees
+        with tcp_forwarder((link.address, 9092)) as tunnel:
+            code = run_cli(
+                "run", *experiment, "--runtime", "flower", "--superlink", tunnel, "--insecure",
+                "--out", str(driver / "out"),
+            )  # fmt: skip
+        assert code == 0, deployment.logs()
+        deployment.close()
+    assert_same_results(tmp_path / "local", driver / "out", ["fedpe"])
+    copy = kept / "out" / "runs" / "fedpe"
+    assert (copy / "seed_0.regret.csv").read_bytes() == (
+        driver / "out" / "runs" / "fedpe" / "seed_0.regret.csv"
+    ).read_bytes()
+    assert not (kept / "out" / ".fedbandit-run.json").exists()
+    assert str(driver) not in Path("/proc/self/mountinfo").read_text()  # hidden there only

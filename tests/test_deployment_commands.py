@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 
 import pytest
+from test_flower_runtime import flower_identity  # noqa: F401 - the fixture Flower messages need
 
 from fedbandit.cli import main
 from fedbandit.config import load_experiment
@@ -199,12 +201,14 @@ def listening():
 def test_a_slow_log_is_not_taken_for_an_empty_one(listening):
     """Under load `flwr log --show` can take longer than the wait: the seeds are then not shown
     as queued, nor pulled as absent; the caller is told to ask again (issue 40, item 3)."""
-    from fedbandit.flower.deployment import LOG_WAIT_SECONDS, AskAgainError, detached_state
+    from fedbandit.flower.deployment import RUNNING_LOG_WAIT_SECONDS, AskAgainError, detached_state
 
-    slow = SlowSuperLink(listening, "running", log="", log_seconds=LOG_WAIT_SECONDS + 3)
-    with pytest.raises(AskAgainError, match="could not read the log of Flower run 7"):
+    busy = SlowSuperLink(listening, "running", log="", log_seconds=18.0)  # measured at load 15-19
+    assert detached_state(busy, 7).files == {}  # waited for: 18 s is within the wait
+    slow = SlowSuperLink(listening, "running", log="", log_seconds=RUNNING_LOG_WAIT_SECONDS + 3)
+    with pytest.raises(AskAgainError, match=r"could not read the log of Flower run 7 .* in 60 s"):
         detached_state(slow, 7)
-    assert slow.log_timeouts == [LOG_WAIT_SECONDS]
+    assert slow.log_timeouts == [RUNNING_LOG_WAIT_SECONDS]
     quick = SlowSuperLink(listening, "running", log="", log_seconds=1.0)
     assert detached_state(quick, 7).files == {}  # read in time: empty means empty
     queued = SlowSuperLink(listening, "pending", log_seconds=1e9)
@@ -248,3 +252,92 @@ def test_status_and_pull_exit_75_while_the_superlink_cannot_answer(
     err = capsys.readouterr().err
     assert err == "fedbandit: the SuperLink at 127.0.0.1:9 is unreachable (connection refused)\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.usefixtures("flower_identity")
+def test_clients_lost_in_an_earlier_seed_are_dropped_at_once():
+    """Under drop, clients the command lost for good (named by the driver in the job, or
+    dropped by an earlier seed on the same Grid, as in a detached run) are not waited for:
+    discovery ends as soon as the live nodes cover the other clients, and the seed's first
+    exchange drops them, so the seed completes with the survivors instead of waiting the start
+    deadline and failing (issue 40, item 5). A node serving them again takes them back."""
+    import dataclasses
+    import time
+
+    from test_flower_runtime import INSTANCE, FakeGrid, client_node, job_with
+
+    from fedbandit.federation.runtime import run_federation
+    from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
+    from fedbandit.simulation import build_federation
+
+    survivor, logic = client_node([0, 1, 2])
+    replacement, _ = client_node([3, 4, 5])
+    grid = FakeGrid({1: survivor})
+    drop = job_with(start_deadline=30, on_client_failure="drop")
+    told = dataclasses.replace(drop, absent_clients=(3, 4, 5))
+    started = time.monotonic()
+    ranges = discover_nodes(grid, told, 6)
+    assert time.monotonic() - started < 5  # not the 30 s deadline
+    assert list(ranges) == [1] and ranges.absent.tolist() == [3, 4, 5]
+
+    class Runtime(FlowerGridRuntime):
+        def regret_records(self):
+            return [logic.regret_record()]
+
+    server, _ = build_federation(INSTANCE, "fedpe", 300, [0, 0])
+    runtime = Runtime(grid, ranges, timeout=5, poll_seconds=0.001)
+    outcome = run_federation(server, runtime, "drop")
+    assert outcome.status == "complete" and outcome.dropped == {3: 0, 4: 0, 5: 0}
+    assert "clients 3-5: lost in an earlier seed of this command" in str(outcome.failure)
+    assert outcome.regret.client_ids.tolist() == [0, 1, 2]
+    assert (outcome.regret.client_pulls == 300).all()
+    # The Grid remembers for its later seeds; a node serving the clients again takes them back.
+    assert discover_nodes(grid, drop, 6).absent.tolist() == [3, 4, 5]
+    again = discover_nodes(FakeGrid({1: survivor, 2: replacement}), told, 6)
+    assert sorted(again) == [1, 2] and again.absent.size == 0
+    with pytest.raises(DeploymentError, match=r"no node serves clients 3-5 after 0\.3 s"):
+        discover_nodes(grid, job_with(start_deadline=0.3), 6)  # abort: waited for, as before
+
+
+def test_pull_by_run_id_rebuilds_a_lost_folder_from_the_log(tmp_path, listening, monkeypatch):
+    """`fedbandit pull --run-id ID --superlink ... OUT` with no folder: the run's record in the
+    log (job, configuration, every seed of the run) makes the manifest and config.toml, the
+    seeds come as `pull` fetches them, and the record itself is not written (issue 40, item 4).
+    The SuperLink is a stand-in here; tests/test_deployment.py rebuilds from a real one."""
+    import types
+
+    import fedbandit.runner as runner
+    from fedbandit.flower.deployment import RUN_RECORD, DetachedState, run_record
+    from fedbandit.results import read_json
+    from fedbandit.runtimes import local_seed_files
+
+    options = RuntimeOptions(runtime="flower", superlink="10.0.0.5:9092", insecure=True)
+    experiment = load_experiment("fedpe_tiny", ["horizon=64", "seeds=2", 'algorithms=["fedpe"]'])
+    specs = [RunSpec(experiment=experiment, algorithm="fedpe", seed=s, options=options)
+             for s in (0, 1)]  # fmt: skip
+    jobs = [job_to_json(FlowerJob(spec, num_nodes=0)) for spec in specs]
+    context = types.SimpleNamespace(run_id=7, run_config={"jobs": json.dumps(jobs)})
+    emitted = {("fedpe", spec.seed): local_seed_files(spec) for spec in specs}
+    state = {"now": DetachedState("running", {}, {("fedpe", 0): "round 3"}, None, [])}
+    monkeypatch.setattr(runner, "detached_state", lambda submission, run_id: state["now"])
+    out = tmp_path / "rebuilt"
+    argv = ["pull", str(out), "--run-id", "7", "--superlink", listening, "--insecure", "--quiet"]
+    assert main(argv) == 75  # nothing has finished: nothing to rebuild from yet
+    assert not (out / "manifest.json").exists()
+    first = {("fedpe", 0): emitted[("fedpe", 0)]}
+    record = json.loads(run_record(FlowerJob(specs[0], 0), context)[RUN_RECORD])
+    state["now"] = DetachedState("running", first, {}, None, [], record)
+    assert main(argv) == 75  # rebuilt; seed 1 goes on
+    manifest = read_json(out / "manifest.json")
+    assert manifest["detached"]["runs"] == ["fedpe/seed_0", "fedpe/seed_1"]
+    assert manifest["detached"]["flower_run"] == 7
+    assert manifest["runtime_options"]["superlink"] == listening
+    assert tomllib.loads((out / "config.toml").read_text())["horizon"] == 64
+    state["now"] = DetachedState("finished:completed", emitted, {}, None, [], record)
+    assert main(["pull", str(out), "--quiet"]) == 0  # an ordinary pull from then on
+    assert read_json(out / "manifest.json")["status"] == "complete"
+    assert not (out / RUN_RECORD).exists()
+    for files in emitted.values():
+        for path, text in files.items():
+            assert (out / path).read_text() == text
+    assert main(["pull", str(tmp_path / "other"), "--run-id", "7", "--insecure"]) == 2

@@ -166,6 +166,37 @@ def test_lost_node_under_drop_later_runs_use_the_live_nodes(deployment, tmp_path
         pd.testing.assert_frame_equal(pd.read_csv(local / name), pd.read_csv(out / name))
 
 
+def test_lost_node_under_drop_without_a_replacement(deployment, tmp_path):
+    """A node is SIGKILLed in the first of two seeds and nothing replaces it: the first seed
+    goes on without its clients, the second starts at once on the live nodes without them (not
+    after the 120 s --start-deadline) and completes; exit 0, and both seeds' records name the
+    clients dropped and the round (issue 40, item 5)."""
+    superlink = start_loopback(deployment, ["0-1", "2-3", "4-5"])
+    run = start_run(
+        tmp_path, superlink, "--seeds", "2", "--set", 'algorithms=["fedpe"]',
+        "--round-timeout", "10", "--on-client-failure", "drop",
+    )  # fmt: skip
+    wait_for_rounds(deployment, "node2", 3)
+    deployment.kill("node2")
+    killed = time.monotonic()
+    code, stderr = finish(run, tmp_path, timeout=240)
+    assert code == 0, stderr + deployment.logs()
+    assert time.monotonic() - killed < 110, "the second seed waited for the lost clients"
+    assert "Traceback" not in stderr
+    out = tmp_path / "out"
+    manifest = read_json(out / "manifest.json")
+    assert manifest["status"] == "complete"
+    assert set(manifest["dropped_clients"]) == {"fedpe/seed_0", "fedpe/seed_1"}
+    second = read_json(out / "runs" / "fedpe" / "seed_1.json")
+    assert second["status"] == "complete" and second["dropped"] == {"4": 0, "5": 0}
+    assert "clients 4-5: lost in an earlier seed of this command" in second["failure"]
+    clients = pd.read_csv(out / "runs" / "fedpe" / "seed_1.clients.csv")
+    assert clients["client_id"].tolist() == [0, 1, 2, 3]
+    assert (clients["pulls"] == 256).all()
+    shown = (tmp_path / "run.out").read_text()
+    assert "fedpe/seed_1 went on without clients [4, 5]" in shown, shown
+
+
 def test_superlink_killed_mid_run(deployment, tmp_path):
     """SIGKILL of the SuperLink process alone: ``fedbandit run`` says the SuperLink is
     unreachable (exit 3, folder incomplete), the ServerApp it ran does not retry forever, and

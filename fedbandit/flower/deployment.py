@@ -24,7 +24,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +34,7 @@ import tomli_w
 
 from fedbandit.errors import ConfigError, DeploymentError
 from fedbandit.flower.job import FlowerJob, job_to_json
-from fedbandit.flower.result_log import decode_all, decode_files, read_progress
+from fedbandit.flower.result_log import END_MARK, decode_all, decode_files, read_progress
 from fedbandit.runspec import RunSpec, RuntimeOptions
 
 # fedbandit.results (pandas, a fifth of a second) is imported by run_seed, which reads a seed's
@@ -64,6 +66,19 @@ UNREACHABLE_GRACE_SECONDS = 15.0
 LOG_WAIT_SECONDS = 15.0
 #: Seconds a finished run's log may take to arrive (it holds every seed's files).
 FINISHED_LOG_WAIT_SECONDS = 120.0
+#: Seconds ``status`` and ``pull`` wait for a running run's log. ``flwr log --show`` answers
+#: once the run has logged something (a detached run logs a line as each seed starts) and took
+#: 12-18 s at load 15-19: a read that does not come back within this time says so (exit 75),
+#: it is never taken for an empty log.
+RUNNING_LOG_WAIT_SECONDS = 60.0
+#: The file of every seed's emission in the run's log that describes the run (its job and the
+#: seeds of the command): what ``fedbandit pull --run-id`` rebuilds a lost folder from. The
+#: driver never writes it into its folder.
+RUN_RECORD = ".fedbandit-run.json"
+#: Set on the SuperLink host (``fedbandit superlink --results-dir DIR``): the folder where the
+#: ServerApp also keeps a copy of every seed's files, under the driver folder's name. Unset: the
+#: ServerApp writes no file (the results always reach the driver through the run's log).
+SERVER_RESULTS_VARIABLE = "FEDBANDIT_SERVER_RESULTS"
 
 
 def unreachable(address: str, timeout: float = 3.0) -> str | None:
@@ -329,23 +344,30 @@ class Submission:
         app_dir: Path = APP_DIR,
     ) -> int:
         """Submit the Flower App in ``app_dir`` (fedbandit's by default) with ``run_config``, wait
-        for the run to finish; its run id.
-
-        Raises ``DeploymentError`` when the SuperLink is unreachable or refuses the run, and when
-        the run fails: with the ServerApp's one-line message for a foreseen error (a line marked
-        ``ERROR_MARK`` in its log), else the end of its log. Stops the run (``flwr stop``) and
-        says so when interrupted (Ctrl-C, SIGTERM) or past ``run_timeout``. ``done_file``, a file
-        the ServerApp writes last, lets a finished run be noticed without polling ``flwr``."""
-        env = self.environment()
+        for the run to finish (``wait``); its run id. ``done_file``, a file the app writes last
+        on this machine (an app of ours run beside its SuperLink, as ``bench deploy``'s echo
+        app), lets a finished run be noticed without polling ``flwr``."""
         run_id = self.submit(run_config, label, app_dir)
+        done = (lambda: done_file.is_file()) if done_file is not None else None
+        self.wait(run_id, label, done)
+        return run_id
+
+    def wait(self, run_id: int, label: str, ending: Callable[[], bool] | None = None) -> None:
+        """Wait for Flower run ``run_id`` to finish, asking ``flwr ls`` every ``status_seconds``
+        and at once while ``ending()`` says the run is ending (its last output has arrived).
+
+        Raises ``DeploymentError`` when the run fails: with the ServerApp's one-line message for a
+        foreseen error (a line marked ``ERROR_MARK`` in its log), else the end of its log;
+        ``SuperLinkLostError`` when the SuperLink stays unreachable. Stops the run (``flwr
+        stop``) and says so when interrupted (Ctrl-C, SIGTERM) or past ``run_timeout``."""
+        env = self.environment()
         deadline = time.monotonic() + self.run_timeout
         try:
             while True:
                 next_check = time.monotonic() + self.status_seconds
                 while time.monotonic() < next_check:
-                    if done_file is not None and done_file.is_file():
-                        next_check = 0.0  # written last: the run is ending, ask for its status
-                        break
+                    if ending is not None and ending():
+                        break  # the run is ending: ask for its status now
                     time.sleep(0.1)
                 status = self._status_or_lost(env, run_id, label)
                 if status.startswith("finished"):
@@ -370,7 +392,6 @@ class Submission:
             raise DeploymentError(
                 f"Flower run {run_id} ({label}) ended {status!r}; end of its log:\n{tail}"
             )
-        return run_id
 
     @classmethod
     def of(cls, options: RuntimeOptions, run_dir: Path) -> Submission:
@@ -469,17 +490,26 @@ class Submission:
             return f"(log unavailable: {err})"
         return "\n".join(text.splitlines()[-lines:])
 
-    def fetch_result_files(self, run_id: int, label: str) -> dict[str, str]:
+    def fetch_result_files(self, run_id: int, label: str, streamed: str = "") -> dict[str, str]:
         """A finished run's result files (relative path -> text) from its log, each checked
-        against its SHA-256 (``fedbandit.flower.result_log``). The ServerApp's last log lines
-        may reach the SuperLink a few seconds after the run has finished: asks again for up to
-        ``LOG_WAIT_SECONDS``."""
+        against its SHA-256 (``fedbandit.flower.result_log``), without the run's record
+        (``RUN_RECORD``). ``streamed``, the log as a ``LogStream`` saw it, is read first; else,
+        or when it holds no whole emission, the log is asked for (``flwr log --show``): the
+        ServerApp's last lines may reach the SuperLink a few seconds after the run has finished,
+        so it asks again for up to ``LOG_WAIT_SECONDS``."""
         what = f"Flower run {run_id} ({label})"
+        if streamed:
+            try:
+                files = decode_files(streamed, what)
+            except DeploymentError:
+                files = None  # a stream that missed a line: the stored log has it
+            if files is not None:
+                return split_record(files)[1]
         deadline = time.monotonic() + LOG_WAIT_SECONDS
         while True:
             files = decode_files(self.log_text(run_id), what)
             if files is not None:
-                return files
+                return split_record(files)[1]
             if time.monotonic() > deadline:
                 raise DeploymentError(
                     f"{what} finished, but its log carries no result files after "
@@ -512,35 +542,134 @@ class AskAgainError(DeploymentError):
     itself goes on, or waits for the SuperLink: ``status`` and ``pull`` exit 75, try again."""
 
 
+class LogStream:
+    """``flwr log RUN --stream`` in the background: the run's log as it arrives (``text``), and
+    ``ended`` set once an emission's end line has come (the seed's files are all in the log and
+    the run is ending). Only a hint: a stream that fails or misses lines changes nothing but
+    when the run's end is noticed (``Submission.wait`` also asks ``flwr ls``) and where its
+    files are read from (``Submission.fetch_result_files`` checks them and falls back on the
+    stored log). A context manager: leaving it stops the ``flwr`` process."""
+
+    def __init__(self, submission: Submission, run_id: int) -> None:
+        self.ended = threading.Event()
+        self._lines: list[str] = []
+        self._process: subprocess.Popen[str] | None = None
+        try:
+            self._process = subprocess.Popen(
+                ["flwr", "log", str(run_id), CONNECTION, "--stream"],
+                env=submission.environment(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+            )
+        except OSError:
+            return  # no stream: the run's end is noticed by flwr ls alone
+        self._reader = threading.Thread(target=self._read, name="flwr-log-stream", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for line in self._process.stdout:
+            self._lines.append(line)
+            if line.startswith(END_MARK + " "):
+                self.ended.set()
+
+    def text(self) -> str:
+        return "".join(self._lines)
+
+    def close(self) -> None:
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._reader.join(timeout=5)
+
+    def __enter__(self) -> LogStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def split_record(files: dict[str, str]) -> tuple[dict[str, object] | None, dict[str, str]]:
+    """An emission's run record (``RUN_RECORD``, parsed; None when the ServerApp sent none) and
+    its result files."""
+    files = dict(files)
+    record = files.pop(RUN_RECORD, None)
+    return (json.loads(record) if record is not None else None), files
+
+
 def run_seed(
-    submission: Submission, spec: RunSpec, run_dir: Path, same_host: bool | None = None
+    submission: Submission,
+    spec: RunSpec,
+    run_dir: Path,
+    absent_clients: tuple[int, ...] = (),
 ) -> int:
     """Run one seed of ``spec`` on the deployment and write its result files into ``run_dir``
     (on this machine). Returns the Flower run id.
 
-    The files come back through the Flower run's log (``fetch_result_files``), from a SuperLink
-    on any host. ``same_host`` (default: whether the SuperLink's address is a loopback one) lets
-    the ServerApp write them into ``run_dir`` itself instead: its seed JSON then tells the driver
-    at once that the run is ending (otherwise it asks ``flwr ls`` every ``status_seconds``), and
-    the log is read only when the files are not there."""
-    from fedbandit.results import seed_status, seed_stem, write_files
+    The files come back through the Flower run's log, from a SuperLink on any host, reached
+    directly, through a tunnel or on loopback alike: the ServerApp is never told a path of the
+    driver's, only the folder's name as a hint (``result-hint``: where its host keeps a copy
+    when its operator set ``SERVER_RESULTS_VARIABLE``). The log is followed as the run goes
+    (``LogStream``), so the end of a seed is noticed when its files have arrived.
+    ``absent_clients``: clients lost for good in an earlier seed of the command
+    (``--on-client-failure drop``), dropped from this seed at once when no node serves them."""
+    from fedbandit.results import write_files
 
-    job = FlowerJob(spec, num_nodes=0, poll_seconds=DEPLOYMENT_POLL_SECONDS)
+    job = FlowerJob(
+        spec,
+        num_nodes=0,
+        poll_seconds=DEPLOYMENT_POLL_SECONDS,
+        absent_clients=tuple(sorted(absent_clients)),
+    )
     algorithm, seed = spec.algorithm, spec.seed
     run_dir = Path(run_dir).resolve()
-    if same_host is None:
-        same_host = is_loopback(split_address(submission.superlink)[0])
-    done_file = seed_stem(run_dir, algorithm, seed).with_suffix(".json") if same_host else None
-    run_config: dict[str, object] = {"job": job_to_json(job), "seed": seed}
-    if same_host:
-        run_config["result-dir"] = str(run_dir)
-    run_id = submission.run(run_config, f"{algorithm}-seed{seed}", done_file)
-    if not (same_host and seed_status(run_dir, algorithm, seed) is not None):
-        write_files(run_dir, submission.fetch_result_files(run_id, f"{algorithm} seed {seed}"))
+    run_config: dict[str, object] = {
+        "job": job_to_json(job),
+        "seed": seed,
+        "result-hint": run_dir.name,
+    }
+    label = f"{algorithm}-seed{seed}"
+    run_id = submission.submit(run_config, label)
+    with LogStream(submission, run_id) as stream:
+        submission.wait(run_id, label, stream.ended.is_set)
+        streamed = stream.text() if stream.ended.is_set() else ""
+    write_files(
+        run_dir, submission.fetch_result_files(run_id, f"{algorithm} seed {seed}", streamed)
+    )
     return run_id
 
 
-def submit_detached(submission: Submission, specs: list[RunSpec]) -> int:
+def run_seeds(tasks: list[tuple[RunSpec, Path]], finished: Callable[[RunSpec, Path], bool]) -> None:
+    """A command's seeds on the deployment, one Flower run each, one after another; ``finished``
+    is called after each seed's files are written and stops the command when it returns False.
+    Under ``--on-client-failure drop`` the clients a seed lost go into the following seeds as
+    ``absent_clients``: they are dropped at once unless a node serves them again, instead of
+    each seed waiting ``--start-deadline`` for them."""
+    from fedbandit.results import read_json, seed_stem
+
+    lost: set[int] = set()
+    for spec, run_dir in tasks:
+        submission = Submission.of(spec.options, Path(run_dir))
+        run_seed(submission, spec, Path(run_dir), tuple(lost))
+        if spec.options.on_client_failure == "drop":
+            info = read_json(
+                seed_stem(Path(run_dir), spec.algorithm, spec.seed).with_suffix(".json")
+            )
+            lost |= {int(client) for client in info.get("dropped", {})}
+        if not finished(spec, Path(run_dir)):
+            return
+
+
+def submit_detached(submission: Submission, specs: list[RunSpec], run_dir: Path) -> int:
     """Submit ``specs`` (one command's seeds) as one Flower run whose ServerApp runs them one
     after another, and return at once with its run id: each seed's files reach the run's log as
     the seed ends (``detached_state`` reads them back)."""
@@ -548,14 +677,66 @@ def submit_detached(submission: Submission, specs: list[RunSpec]) -> int:
         job_to_json(FlowerJob(spec, num_nodes=0, poll_seconds=DEPLOYMENT_POLL_SECONDS))
         for spec in specs
     ]
-    return submission.submit({"jobs": json.dumps(jobs), "seed": -1}, "detached")
+    run_config = {"jobs": json.dumps(jobs), "seed": -1, "result-hint": Path(run_dir).name}
+    return submission.submit(run_config, "detached")
+
+
+def run_record(job: FlowerJob, context: object) -> dict[str, str]:
+    """For the ServerApp: ``RUN_RECORD`` of a finished seed's emission, as (path, text): the
+    Flower run id, the seed's job and every seed of the run (a detached run's jobs, else this
+    one), so that the run's log alone can rebuild the driver's folder (``fedbandit pull
+    --run-id``). ``context`` is the ServerApp's Flower ``Context``."""
+    jobs = str(context.run_config.get("jobs", ""))  # type: ignore[attr-defined]
+    specs = [json.loads(text)["spec"] for text in json.loads(jobs)] if jobs else []
+    runs = [f"{spec['algorithm']}/seed_{spec['seed']}" for spec in specs] or [
+        f"{job.algorithm}/seed_{job.spec.seed}"
+    ]
+    record = {
+        "flower_run": int(context.run_id),  # type: ignore[attr-defined]
+        "job": job_to_json(job),
+        "runs": runs,
+    }
+    return {RUN_RECORD: json.dumps(record, sort_keys=True)}
+
+
+def server_result_dir(root: Path, hint: str, run_id: int) -> Path:
+    """Where the ServerApp keeps its copy: ``root`` (the operator's folder on the SuperLink
+    host) and the driver folder's name, reduced to letters, digits, ``.``, ``_`` and ``-``
+    (``flower-run-ID`` when nothing is left): a driver names a folder, never a path."""
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in hint).lstrip(".")
+    return Path(root) / (name or f"flower-run-{run_id}")
+
+
+def keep_on_server(context: object, files: dict[str, str]) -> Path | None:
+    """For the ServerApp: a copy of a seed's files on its own host, in ``server_result_dir``,
+    when the operator set ``SERVER_RESULTS_VARIABLE`` there; the folder, or None. A folder that
+    cannot be written is a warning in the run's log, never a failed seed: the files reach the
+    driver through the log whatever happens here."""
+    from fedbandit.results import write_files
+
+    root = os.environ.get(SERVER_RESULTS_VARIABLE, "")
+    if not root:
+        return None
+    hint = str(context.run_config.get("result-hint", ""))  # type: ignore[attr-defined]
+    folder = server_result_dir(Path(root), hint, int(context.run_id))  # type: ignore[attr-defined]
+    try:
+        write_files(folder, files)
+    except OSError as err:
+        print(
+            f"fedbandit: warning: no copy of the results kept in {folder} on this host "
+            f"({err.strerror or err}); they reach the driver through the run's log",
+            file=sys.stderr,
+        )
+        return None
+    return folder
 
 
 @dataclass(frozen=True)
 class DetachedState:
     """What a detached Flower run has done so far: its Flower status, the files of every seed
     that has ended (by (algorithm, seed)), each seed's last progress event, the one-line error
-    of a failed run, and the emissions that arrived broken."""
+    of a failed run, the emissions that arrived broken, and the run's record (``RUN_RECORD``
+    of its latest emission; None before a seed has ended)."""
 
     status: str
     files: dict[tuple[str, int], dict[str, str]]
@@ -563,11 +744,14 @@ class DetachedState:
     error: str | None
     #: Why an emission of result files in the log could not be read (skipped).
     broken: list[str]
+    record: dict[str, object] | None = None
 
 
 def detached_state(submission: Submission, run_id: int) -> DetachedState:
     """Ask the SuperLink about a detached run (``flwr ls`` and ``flwr log``); every seed's files
-    checked against their SHA-256."""
+    checked against their SHA-256. ``AskAgainError`` when it cannot answer now: unreachable,
+    ``flwr ls`` failed, or the log did not come back in time (a slow log is never taken for an
+    empty one)."""
     if why := unreachable(submission.superlink):
         raise AskAgainError(
             f"the SuperLink at {submission.superlink} is unreachable ({why}): Flower run "
@@ -586,7 +770,7 @@ def detached_state(submission: Submission, run_id: int) -> DetachedState:
     if not status.startswith(("running", "finished")):
         return DetachedState(status, {}, {}, None, [])  # queued: its log is still empty
     finished = status.startswith("finished")
-    wait = FINISHED_LOG_WAIT_SECONDS if finished else LOG_WAIT_SECONDS
+    wait = FINISHED_LOG_WAIT_SECONDS if finished else RUNNING_LOG_WAIT_SECONDS
     deadline = time.monotonic() + LOG_WAIT_SECONDS
     while True:
         try:
@@ -595,16 +779,19 @@ def detached_state(submission: Submission, run_id: int) -> DetachedState:
             # Not an empty log: a running run that has logged nothing yet and a SuperLink too
             # busy to answer in time look alike, and a finished seed must not look queued.
             raise AskAgainError(
-                f"could not read the log of Flower run {run_id} ({status}) within {wait:g} s: "
+                f"could not read the log of Flower run {run_id} ({status}) in {wait:g} s: "
                 "the SuperLink is busy or the run has logged nothing yet; it goes on, ask again"
             ) from None
         broken: list[str] = []
         files: dict[tuple[str, int], dict[str, str]] = {}
+        record: dict[str, object] | None = None
         for emission in decode_all(log, f"Flower run {run_id}", broken):
-            for path, text in emission.items():
+            described, emitted = split_record(emission)
+            record = described if described is not None else record
+            for path, text in emitted.items():
                 if path.endswith(".json"):  # the seed's info names it
                     info = json.loads(text)
-                    files[(str(info["algorithm"]), int(info["seed"]))] = emission
+                    files[(str(info["algorithm"]), int(info["seed"]))] = emitted
         progress = read_progress(log)
         # A finished run's last lines may reach the SuperLink seconds after it ended.
         late = [key for key in progress if key not in files]
@@ -615,4 +802,4 @@ def detached_state(submission: Submission, run_id: int) -> DetachedState:
     error = marked[-1] if marked else None
     if error is None and finished and status != "finished:completed":
         error = f"the Flower run ended {status!r}"
-    return DetachedState(status, files, progress, error, broken)
+    return DetachedState(status, files, progress, error, broken, record)

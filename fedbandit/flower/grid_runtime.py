@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -86,6 +87,10 @@ class FlowerGridRuntime(Runtime):
         secure: SecureSettings | None = None,
     ) -> None:
         self.grid, self.ranges = grid, dict(ranges)
+        #: Clients lost for good in an earlier seed that no node serves (``NodeRanges.absent``):
+        #: the first exchange loses them, so that ``drop`` removes them at once.
+        self.absent = np.asarray(getattr(ranges, "absent", ()), dtype=np.int64)
+        self._unserved = np.empty(0, np.int64)  # the absent clients, once lost
         #: Secure aggregation: the exchanges whose summed fields travel through SecAgg+.
         self.secure = secure
         #: What secure aggregation did: exchanges, values clipped, nodes lost in it.
@@ -276,6 +281,8 @@ class FlowerGridRuntime(Runtime):
         With ``steps_per_round`` > 1 the nodes may run ahead: the replies of the exchanges all
         of them ran are kept and returned without delivering while the server's messages are
         the empty rounds they assumed."""
+        if self.absent.size:
+            return self._without_absent(message)
         summed = self.secure.fields(message) if self.secure is not None else frozenset()
         if self.steps_per_round > 1 and (stored := self.buffer.take(message)) is not None:
             if leaked := sorted(summed & set(stored.fields)):
@@ -333,6 +340,29 @@ class FlowerGridRuntime(Runtime):
             parts = [decoded[node] for node in good]
             raise self._failure(failures, BanditMessage.concatenate(parts) if parts else None)
         return self.buffer.store(message, [steps[node] for node in good])
+
+    def _without_absent(self, message: BanditMessage) -> BanditMessage:
+        """The seed's first exchange while clients lost for good in an earlier seed are absent:
+        ``message`` goes to the other clients, and ``ClientFailure`` names the absent ones with
+        the others' replies (under ``drop`` the server then goes on without them from the first
+        round instead of the seed waiting for them)."""
+        absent, self.absent = self.absent, np.empty(0, np.int64)
+        self._unserved = absent
+        reasons = {
+            f"clients {describe_clients(absent)}": "lost in an earlier seed of this command, "
+            "and no node serves them now"
+        }
+        keep = np.flatnonzero(~np.isin(message.client_ids, absent))
+        try:
+            reply = self.exchange(message.select(keep)) if keep.size else None
+        except ClientFailure as failure:
+            raise ClientFailure(
+                np.union1d(failure.lost_clients, absent),
+                {**reasons, **failure.reasons},
+                failure.partial,
+                failure.fatal,
+            ) from None
+        raise ClientFailure(absent, reasons, reply)
 
     def _split(self, message: BanditMessage) -> tuple[dict[int, BanditMessage], dict[int, str]]:
         """Each node's part of ``message``, and the nodes among them lost earlier (with why);
@@ -543,8 +573,13 @@ class FlowerGridRuntime(Runtime):
         return list(records.values())
 
     def drop(self, client_ids: np.ndarray) -> None:
-        """Forget the nodes serving ``client_ids``: a node is dropped as a whole."""
+        """Forget the nodes serving ``client_ids``: a node is dropped as a whole. Clients no
+        node served in this seed (absent from its start) need no node. The Grid remembers the
+        clients dropped for its later seeds (``lost_for_good``)."""
         ids = np.unique(np.asarray(client_ids, dtype=np.int64))
+        if _weakref_able(self.grid):
+            _DROPPED_ON_GRID.setdefault(self.grid, set()).update(ids.tolist())
+        ids = np.setdiff1d(ids, self._unserved)
         nodes = [node for node, served in self.ranges.items() if np.isin(served, ids).any()]
         for node in nodes:
             if not np.isin(self.ranges[node], ids).all():
@@ -578,21 +613,58 @@ class SimulationStoppedError(RuntimeError):
     """The driver stopped the simulation (Ctrl-C) while this ServerApp waited for its nodes."""
 
 
+class NodeRanges(dict[int, np.ndarray]):
+    """``discover_nodes``' answer: each node's clients, and ``absent``, the clients lost for
+    good in an earlier seed that no node serves now (``FlowerGridRuntime`` drops them in the
+    seed's first exchange)."""
+
+    absent: np.ndarray = np.empty(0, np.int64)
+
+
+#: Per Grid (one Flower run's ServerApp): the clients dropped by its earlier seeds under
+#: ``on_client_failure = "drop"`` (a detached run runs a command's seeds on one Grid).
+_DROPPED_ON_GRID: weakref.WeakKeyDictionary[Grid, set[int]] = weakref.WeakKeyDictionary()
+
+
+def lost_for_good(grid: Grid, job: FlowerJob) -> np.ndarray:
+    """The clients this seed does not wait for: ``job.absent_clients`` (lost in an earlier
+    seed of the command, told by the driver) and those the earlier seeds on ``grid`` dropped;
+    none unless the job's policy is ``drop``."""
+    if job.on_client_failure != "drop":
+        return np.empty(0, np.int64)
+    earlier = _DROPPED_ON_GRID.get(grid, set()) if _weakref_able(grid) else set()
+    return np.unique(np.asarray([*job.absent_clients, *earlier], dtype=np.int64))
+
+
+def _weakref_able(grid: object) -> bool:
+    try:
+        weakref.ref(grid)
+    except TypeError:
+        return False
+    return True
+
+
 def discover_nodes(
     grid: Grid,
     job: FlowerJob,
     num_clients: int,
     group_id: str = "",
     stop: threading.Event | None = None,
-) -> dict[int, np.ndarray]:
+) -> NodeRanges:
     """The client range of every node taking part: each connected node is asked once (a hello)
     which clients it serves, until the nodes that answered cover every client exactly once.
 
     Nodes that answer with an error or stay silent are left out: the SuperLink lists a dead node
     for a minute or more, and it must not stop a run that the live nodes can serve. Two nodes
     serving the same client raise ``DeploymentError`` naming both at once; clients still unserved
-    at ``start_deadline`` raise it naming them, the nodes that answered and those that did not."""
+    at ``start_deadline`` raise it naming them, the nodes that answered and those that did not.
+    Under ``drop``, clients lost for good in an earlier seed (``lost_for_good``) are not waited
+    for: served by a node that answers, they take part; else they are the answer's ``absent``."""
     deadline = time.monotonic() + job.start_deadline
+    absent = lost_for_good(grid, job)
+    absent = absent[absent < num_clients]
+    needed = np.ones(num_clients, dtype=bool)
+    needed[absent] = False
     ranges: dict[int, np.ndarray] = {}
     asked: dict[str, int] = {}  # hello message id -> node
     failed: dict[int, str] = {}
@@ -636,13 +708,15 @@ def discover_nodes(
         )
         silent = {node for node in asked.values() if node not in ranges and node not in failed}
         now = time.monotonic()
-        if np.all(counts == 1):
+        if np.all(counts[needed] == 1):
             covered_at = covered_at if covered_at is not None else now
             if not silent or now - covered_at >= HELLO_GRACE_SECONDS:
-                return ranges
+                found = NodeRanges(ranges)
+                found.absent = absent[counts[absent] == 0]
+                return found
         if now >= deadline:
             raise DeploymentError(
-                _unserved(np.flatnonzero(counts == 0), job, ranges, failed, silent)
+                _unserved(np.flatnonzero((counts == 0) & needed), job, ranges, failed, silent)
             )
         time.sleep(job.poll_seconds)
 

@@ -29,6 +29,10 @@ class FlowerJob:
     spec: RunSpec
     num_nodes: int
     poll_seconds: float = 0.01
+    #: Clients lost for good in an earlier seed of the command (``on_client_failure = "drop"``):
+    #: discovery does not wait for them, and when no node serves them they are dropped in the
+    #: seed's first exchange (``fedbandit.flower.grid_runtime``).
+    absent_clients: tuple[int, ...] = ()
     results: list[FederationResult] = field(default_factory=list, compare=False)
     #: Per-exchange latency of the last run (see ``FlowerGridRuntime.timings``).
     timings: list[dict[str, Any]] = field(default_factory=list, compare=False)
@@ -64,14 +68,14 @@ class FlowerJob:
 
 def job_to_json(job: FlowerJob) -> str:
     """The job as the JSON text a deployment passes in the run config (key ``job``)."""
-    return json.dumps(
-        {
-            "spec": job.spec.model_dump(mode="json"),
-            "num_nodes": job.num_nodes,
-            "poll_seconds": job.poll_seconds,
-        },
-        sort_keys=True,
-    )
+    data: dict[str, Any] = {
+        "spec": job.spec.model_dump(mode="json"),
+        "num_nodes": job.num_nodes,
+        "poll_seconds": job.poll_seconds,
+    }
+    if job.absent_clients:
+        data["absent_clients"] = list(job.absent_clients)
+    return json.dumps(data, sort_keys=True)
 
 
 @lru_cache(maxsize=4)
@@ -82,9 +86,10 @@ def job_from_json(text: str) -> FlowerJob:
             "the run config has no 'job': submit runs with `fedbandit run --runtime flower`"
         )
     data = json.loads(text)
-    if unknown := set(data) - {"spec", "num_nodes", "poll_seconds"}:
+    if unknown := set(data) - {"spec", "num_nodes", "poll_seconds", "absent_clients"}:
         raise ValueError(
-            f"unknown job keys {sorted(unknown)}; known: num_nodes, poll_seconds, spec"
+            f"unknown job keys {sorted(unknown)}; known: absent_clients, num_nodes, "
+            "poll_seconds, spec"
         )
     try:
         spec = RunSpec.model_validate(data.get("spec"))
@@ -92,4 +97,9 @@ def job_from_json(text: str) -> FlowerJob:
         raise ValueError(
             f"the job does not validate on this host: {describe_validation(err)}"
         ) from None
-    return FlowerJob(spec, int(data.get("num_nodes", 0)), float(data.get("poll_seconds", 0.01)))
+    return FlowerJob(
+        spec,
+        int(data.get("num_nodes", 0)),
+        float(data.get("poll_seconds", 0.01)),
+        tuple(int(client) for client in data.get("absent_clients", ())),
+    )
