@@ -140,10 +140,13 @@ class Deployment:
         )
 
 
-def start_loopback(deploy: Deployment, ranges: list[str], *node_args: str) -> str:
-    """An insecure SuperLink on a free loopback port and one SuperNode per client range."""
+def start_loopback(
+    deploy: Deployment, ranges: list[str], *node_args: str, link_args: Sequence[str] = ()
+) -> str:
+    """An insecure SuperLink on a free loopback port (with ``link_args``, e.g. ``--in-memory``)
+    and one SuperNode per client range."""
     port = free_port()
-    superlink = deploy.superlink(port, "--insecure")
+    superlink = deploy.superlink(port, "--insecure", *link_args)
     wait_for_port("127.0.0.1", port)
     for i, clients in enumerate(ranges):
         deploy.supernode(f"node{i}", superlink, clients, free_port(), "--insecure", *node_args)
