@@ -393,7 +393,7 @@ def next_steps(pki: DevPki, port: int = DEFAULT_SUPERLINK_PORT) -> str:
         ]
     lines += [
         "",
-        "# 4. Run an experiment from the SuperLink host (the ServerApp writes --out there):",
+        "# 4. Run an experiment from any host that reaches the SuperLink (results: --out):",
         f"fedbandit run fedpe_tiny --runtime flower --superlink {superlink} \\",
         f"    --root-certificates {ca} --out results/fedpe_deployed",
         "",
