@@ -16,6 +16,7 @@ in any order, and the merged curve is bit-identical however clients are grouped.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,7 @@ import numpy as np
 from fedbandit.group_environment import GroupEnvironment, RegretRecord
 from fedbandit.privacy import CLIP_TOLERANCE
 from fedbandit.rng import REWARD_DOMAIN
-from fedbandit.streams import ClientStreams
+from fedbandit.streams import ClientStreams, _normals, _output, _step
 from fedbandit.threads import kernel_threads
 
 if TYPE_CHECKING:
@@ -133,35 +134,46 @@ class BanditEnvironment(GroupEnvironment):
         executed: np.ndarray,
         sums: np.ndarray,
         bound: float,
-        rngs: Sequence[np.random.Generator],
+        streams: ClientStreams,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The reward sums ``sums`` of n = ``executed`` pulls (from ``pull_counts``) with every
-        single reward clipped to [-bound, bound] (as ``fedbandit.privacy.clip_values``), and
-        how many rewards were clipped, per client.
+        single reward clipped to [-bound, bound] (as ``fedbandit.privacy.clip_values``: a reward
+        within ``CLIP_TOLERANCE`` of the bound is left as it is), and how many rewards were
+        clipped, per client.
 
-        The single rewards are drawn given their sum S: for i.i.d. N(mu, sigma^2) rewards the
-        sample mean is independent of the deviations y_j - ybar, which have the law of
-        sigma (w_j - wbar) with w_j i.i.d. N(0, 1). So y_j = S / n + sigma (w_j - wbar) has the law
-        of the n pulls given S; the w_j come from ``rngs`` (one generator per client, in the
-        group's order: n_i draws for client i, arms in order). The clipped sum is S plus the
-        clipping's corrections: exactly S when no reward of the block is clipped. The regret is
-        untouched (clipping is what the learner does with the rewards it saw).
+        Drawn from their exact law given the sum S, without drawing the n rewards: for i.i.d.
+        N(mu, sigma^2) rewards, the rewards given S are S / n + sigma (w_j - wbar) (w_j i.i.d.
+        N(0, 1)), whatever mu. ``_block_excess`` draws which of them lie beyond the bound and
+        their values, by thinning with the union bound and splitting a block along its Gaussian
+        bridge where a clipped reward is likely; its cost grows with the number of rewards
+        clipped, not with n. The clipped sum is S plus the clipping's corrections: exactly S when
+        no reward of the block is clipped. The draws come from ``streams`` (the clients' own
+        PCG64 streams, ``fedbandit.streams.ClientStreams``, in the group's order), client after
+        client and arm after arm, so they do not depend on the grouping; how many draws a block
+        takes depends on its sum. The regret is untouched (clipping is what the learner does
+        with the rewards it saw). ``tests/test_private_fedpe.py`` compares the law with a
+        pull-by-pull loop.
         """
-        executed = np.asarray(executed, dtype=np.int64)
+        executed = np.ascontiguousarray(executed, dtype=np.int64)
         if executed.shape != self._means.shape or sums.shape != executed.shape:
             raise ValueError(f"executed and sums must have shape {self._means.shape}")
-        if len(rngs) != self.num_clients:
-            raise ValueError(f"need one generator per client ({self.num_clients}), got {len(rngs)}")
+        if len(streams) != self.num_clients:
+            raise ValueError(f"need one stream per client ({self.num_clients}), got {len(streams)}")
         clipped_sums = np.array(sums, dtype=np.float64)
         clipped = np.zeros(self.num_clients, dtype=np.int64)
         widened = bound * (1.0 + CLIP_TOLERANCE)  # as ``clip_values``: within it, left as is
-        for row, rng in enumerate(rngs):
-            total = int(executed[row].sum())
-            if total:
-                w = rng.standard_normal(total)
-                clipped[row] = _clip_block(
-                    executed[row], clipped_sums[row], w, self.noise_sigma, bound, widened
-                )
+        _clip_blocks(
+            executed,
+            clipped_sums,
+            float(self.noise_sigma),
+            float(bound),
+            widened,
+            streams.state_hi,
+            streams.state_lo,
+            streams.inc_hi,
+            streams.inc_lo,
+            clipped,
+        )
         return clipped_sums, clipped
 
     def pull_arms(self, arms: np.ndarray) -> np.ndarray:
@@ -319,41 +331,213 @@ def _block_pulls(
         pulls[i] += done
 
 
+#: The thinning step of ``_block_excess`` runs on pieces of a block whose union bound on a
+#: clipped reward, q = m (P(y > W) + P(y < -W)), is at most this; larger pieces are split first
+#: into about q / ``_PIECE_TARGET`` pieces (each piece's sum drawn from its Gaussian bridge).
+_THIN_MAX = 0.5
+_PIECE_TARGET = 0.35
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_UNIT = 1.0 / 9007199254740992.0  # 2^-53
+
+
+@numba.njit(inline="always")
+def _uniform(st: np.ndarray) -> float:
+    """The next double in [0, 1) of the PCG64 stream whose (state_hi, state_lo, inc_hi, inc_lo)
+    is ``st`` (NumPy's ``random()``: the top 53 bits of the next 64-bit output)."""
+    st[0], st[1] = _step(st[0], st[1], st[2], st[3])
+    return float(_output(st[0], st[1]) >> np.uint64(11)) * _UNIT
+
+
+@numba.njit(inline="always")
+def _normal(st: np.ndarray, buf: np.ndarray) -> float:
+    """The next standard normal of the stream ``st`` (NumPy's ziggurat, ``fedbandit.streams``)."""
+    st[0], st[1] = _normals(st[0], st[1], st[2], st[3], buf)
+    return buf[0]
+
+
+@numba.njit(inline="always")
+def _tail_bound(a: float) -> float:
+    """An upper bound on P(Z > a), Z ~ N(0, 1), by one exponential: exp(-a^2 / 2) times
+    min(1/2, 1 / (a sqrt(2 pi))) for a > 0 (the Chernoff and Mills-ratio bounds; within 10% of
+    the tail from a = 3), and 1 for a <= 0."""
+    if a <= 0.0:
+        return 1.0
+    return math.exp(-0.5 * a * a) * min(0.5, _INV_SQRT_2PI / a)
+
+
 @numba.njit(cache=True)
-def _clip_block(
-    counts: np.ndarray,
+def _normal_tail(a: float, st: np.ndarray) -> float:
+    """Z ~ N(0, 1) given Z > a, for a >= 0: Robert's (1995) exponential proposal a + E / lam,
+    lam = (a + sqrt(a^2 + 4)) / 2, accepted with probability exp(-(z - lam)^2 / 2) (exact)."""
+    lam = 0.5 * (a + math.sqrt(a * a + 4.0))
+    while True:
+        z = a - math.log1p(-_uniform(st)) / lam
+        if _uniform(st) <= math.exp(-0.5 * (z - lam) * (z - lam)):
+            return z
+
+
+_CANDIDATE, _SPLIT = 0, 1
+
+
+@numba.njit(cache=True)
+def _block_excess(
+    m: int,
+    total: float,
+    sigma: float,
+    bound: float,
+    widened: float,
+    st: np.ndarray,
+    buf: np.ndarray,
+    frames: np.ndarray,
+    values: np.ndarray,
+) -> tuple[int, float]:
+    """How many of m i.i.d. N(mu, sigma^2) rewards with sum ``total`` lie beyond [-widened,
+    widened], and the sum of their clipping corrections (+-bound - y), drawn from their exact law
+    given the sum, without drawing the m rewards (see ``BanditEnvironment.clip_block_rewards``).
+
+    Given their sum, each of the m rewards is N(total / m, sigma^2 (1 - 1/m)), so the union bound
+    q = m (P(y > W) + P(y < -W)) on a reward beyond the bound is known in closed form (here q is
+    the sum of the sides' bounds b >= P by ``_tail_bound``; the exact P is computed only for a
+    candidate).
+    - If q <= ``_THIN_MAX`` (thinning): with probability 1 - q nothing is clipped. Else a
+      candidate: a side in proportion to its b, one reward y_J drawn from its law beyond the
+      bound on that side (``_normal_tail``), the other m - 1 given their sum total - y_J in the
+      same way, and the whole kept with probability (P / b) / N (N the number beyond the bound,
+      y_J included), else nothing is clipped. A side's candidate is kept with probability
+      m P E[1 / N | y_J beyond on that side]; summed over the sides, P(some reward beyond), and
+      what is kept has the law of the rewards given that event: the result has the exact law.
+    - If q is larger, the block is split into about q / ``_PIECE_TARGET`` pieces whose sums are
+      drawn one after another from their Gaussian bridge (the sum of c of m rewards given their
+      total is N(total c / m, sigma^2 c (m - c) / m)); given their sums the pieces are
+      independent blocks.
+    The recursion runs on an explicit stack (numba cannot cache recursive functions): ``frames``
+    (int64, (depth, 4): kind, pieces left, rewards left, count) and ``values`` (float64,
+    (depth, 3): correction, sum left or own correction, keeping ratio), grown when full.
+    """
+    depth = 0
+    call = True  # evaluate (m, total); else return (count, correction) to the frame on top
+    count, correction = 0, 0.0
+    while True:
+        if call:
+            call = False
+            count, correction = 0, 0.0
+            if m <= 0:
+                pass
+            elif m == 1 or sigma == 0.0:  # the rewards are known: each is total / m
+                y = total / m
+                if y > widened:
+                    count, correction = m, m * (bound - y)
+                elif y < -widened:
+                    count, correction = m, m * (-bound - y)
+            else:
+                mean = total / m
+                scale = sigma * math.sqrt(1.0 - 1.0 / m)
+                a_hi = (widened - mean) / scale
+                a_lo = (widened + mean) / scale
+                b_hi = _tail_bound(a_hi)
+                q = m * (b_hi + _tail_bound(a_lo))
+                if depth == frames.shape[0]:
+                    frames, values = _grown(frames), _grown(values)
+                if q <= _THIN_MAX:
+                    u = _uniform(st)
+                    if u < q:
+                        # A candidate. u / q is uniform on [0, 1), independent of the decision:
+                        # it picks the side.
+                        if u < m * b_hi:
+                            y = mean + scale * _normal_tail(a_hi, st)
+                            own = bound - y
+                            ratio = 0.5 * math.erfc(a_hi * _SQRT_HALF) / b_hi
+                        else:
+                            y = mean - scale * _normal_tail(a_lo, st)
+                            own = -bound - y
+                            ratio = 0.5 * math.erfc(a_lo * _SQRT_HALF) / _tail_bound(a_lo)
+                        frames[depth, 0] = _CANDIDATE
+                        values[depth, 1] = own
+                        values[depth, 2] = ratio
+                        depth += 1
+                        m, total, call = m - 1, total - y, True
+                        continue
+                else:
+                    frames[depth, 0] = _SPLIT
+                    frames[depth, 1] = min(m, math.ceil(q / _PIECE_TARGET))
+                    frames[depth, 2] = m
+                    frames[depth, 3] = 0
+                    values[depth, 0] = 0.0
+                    values[depth, 1] = total
+                    depth += 1
+                    count = -1  # no result yet: start the first piece below
+        if depth == 0:
+            return count, correction
+        top = depth - 1
+        if frames[top, 0] == _CANDIDATE:
+            # The other m - 1 are drawn: keep the candidate with probability (P / b) / N.
+            if _uniform(st) * (count + 1) < values[top, 2]:
+                count, correction = count + 1, correction + values[top, 1]
+            else:
+                count, correction = 0, 0.0
+            depth = top
+            continue
+        if count >= 0:  # a piece's result
+            frames[top, 3] += count
+            values[top, 0] += correction
+        pieces, left, remaining = frames[top, 1], frames[top, 2], values[top, 1]
+        if pieces == 0:
+            count, correction = frames[top, 3], values[top, 0]
+            depth = top
+            continue
+        if pieces == 1:
+            m, total = left, remaining
+        else:
+            c = left // pieces
+            spread = sigma * math.sqrt(c * (left - c) / left)
+            m, total = c, remaining * c / left + spread * _normal(st, buf)
+        frames[top, 1] = pieces - 1
+        frames[top, 2] = left - m
+        values[top, 1] = remaining - total
+        call = True
+
+
+@numba.njit(cache=True)
+def _grown(stack: np.ndarray) -> np.ndarray:
+    """``stack`` with twice the rows, the first ones copied."""
+    out = np.empty((2 * stack.shape[0], stack.shape[1]), dtype=stack.dtype)
+    out[: stack.shape[0]] = stack
+    return out
+
+
+@numba.njit(cache=True)
+def _clip_blocks(
+    executed: np.ndarray,
     sums: np.ndarray,
-    w: np.ndarray,
     noise_sigma: float,
     bound: float,
     widened: float,
-) -> int:
-    """One client's ``clip_block_rewards``: the rewards y_j = S_a / n_a + sigma (w_j - wbar_a) of
-    each arm a (its n_a draws of ``w`` in arm order) clipped to [-bound, bound] where beyond
-    ``widened``; ``sums`` corrected in place by the clipping; returns how many were clipped."""
-    start, clipped = 0, 0
-    for a in range(counts.shape[0]):
-        n = counts[a]
-        if n == 0:
-            continue
-        w_mean = 0.0
-        for j in range(start, start + n):
-            w_mean += w[j]
-        w_mean /= n
-        mean = sums[a] / n
-        correction = 0.0
-        for j in range(start, start + n):
-            y = mean + noise_sigma * (w[j] - w_mean)
-            if y > widened:
-                correction += bound - y
-                clipped += 1
-            elif y < -widened:
-                correction += -bound - y
-                clipped += 1
-        if correction != 0.0:
-            sums[a] += correction
-        start += n
-    return clipped
+    state_hi: np.ndarray,
+    state_lo: np.ndarray,
+    inc_hi: np.ndarray,
+    inc_lo: np.ndarray,
+    clipped: np.ndarray,
+) -> None:
+    """``clip_block_rewards`` for every client: arms in order, each client's draws from its own
+    stream (row i of the state arrays); ``sums`` corrected and ``clipped`` counted in place."""
+    st = np.empty(4, dtype=np.uint64)
+    buf = np.empty(1)
+    frames = np.empty((64, 4), dtype=np.int64)
+    values = np.empty((64, 3))
+    for i in range(executed.shape[0]):
+        st[0], st[1], st[2], st[3] = state_hi[i], state_lo[i], inc_hi[i], inc_lo[i]
+        for a in range(executed.shape[1]):
+            n = executed[i, a]
+            if n == 0:
+                continue
+            count, correction = _block_excess(
+                n, sums[i, a], noise_sigma, bound, widened, st, buf, frames, values
+            )
+            if count:
+                sums[i, a] += correction
+                clipped[i] += count
+        state_hi[i], state_lo[i] = st[0], st[1]
 
 
 def gap_scale(instance: LinearBanditInstance) -> float:

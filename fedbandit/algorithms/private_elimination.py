@@ -51,13 +51,9 @@ from fedbandit.privacy import (
     phase_accounting,
     require_finite,
 )
-from fedbandit.rng import PRIVACY_DOMAIN, REWARD_DETAIL_DOMAIN, client_generators
-from fedbandit.state import (
-    generators_from_arrays,
-    generators_to_arrays,
-    strip_prefix,
-    with_prefix,
-)
+from fedbandit.rng import PRIVACY_DOMAIN, REWARD_DETAIL_DOMAIN
+from fedbandit.state import strip_prefix, with_prefix
+from fedbandit.streams import ClientStreams
 
 #: Fed-PE with disjoint parameters: the member of the family that is made private.
 _VARIANT = Variant("direction", "phase", shared=False)
@@ -217,32 +213,36 @@ class PrivateFedPEClient(PhasedEliminationClient):
         self.private = params
         self.accounting = _accounting(spec, params, report=False)
         self.clipped_rewards = np.zeros(env.num_clients, dtype=np.int64)
-        self.detail_rngs = client_generators(env.entropy, env.client_ids, REWARD_DETAIL_DOMAIN)
-        self.noise_rngs = client_generators(env.entropy, env.client_ids, PRIVACY_DOMAIN)
+        # Each client's own streams, held as arrays and drawn in compiled loops (the same PCG64
+        # streams as ``client_generators``): the clipping's draws and the released noise.
+        self.detail_streams = ClientStreams.seeded(
+            env.entropy, env.client_ids, REWARD_DETAIL_DOMAIN
+        )
+        self.noise_streams = ClientStreams.seeded(env.entropy, env.client_ids, PRIVACY_DOMAIN)
 
     STATE = (*PhasedEliminationClient.STATE, "clipped_rewards")
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {
             **super().state_dict(),
-            **with_prefix("detail_rng.", generators_to_arrays(self.detail_rngs)),
-            **with_prefix("noise_rng.", generators_to_arrays(self.noise_rngs)),
+            **with_prefix("detail_rng.", self.detail_streams.to_arrays()),
+            **with_prefix("noise_rng.", self.noise_streams.to_arrays()),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         super().load_state_dict(state)
-        self.detail_rngs = generators_from_arrays(strip_prefix("detail_rng.", state))
-        self.noise_rngs = generators_from_arrays(strip_prefix("noise_rng.", state))
+        self.detail_streams = ClientStreams(strip_prefix("detail_rng.", state))
+        self.noise_streams = ClientStreams(strip_prefix("noise_rng.", state))
 
     def _observe(self, requested: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         executed, sums = self.env.pull_counts(requested)
         sums, clipped = self.env.clip_block_rewards(
-            executed, sums, self.private.reward_bound, self.detail_rngs
+            executed, sums, self.private.reward_bound, self.detail_streams
         )
         self.clipped_rewards += clipped
         if self.private.noise:
             tau = self.accounting.mean_noise_std(executed)
-            noise = np.stack([rng.standard_normal(self.spec.num_arms) for rng in self.noise_rngs])
+            noise = self.noise_streams.standard_normal(self.spec.num_arms)  # K per client
             sums = sums + executed * tau * noise  # the noisy mean times n
         return executed, sums
 
