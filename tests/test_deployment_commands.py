@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import pytest
 from test_flower_runtime import flower_identity  # noqa: F401 - the fixture Flower messages need
@@ -341,3 +342,28 @@ def test_pull_by_run_id_rebuilds_a_lost_folder_from_the_log(tmp_path, listening,
         for path, text in files.items():
             assert (out / path).read_text() == text
     assert main(["pull", str(tmp_path / "other"), "--run-id", "7", "--insecure"]) == 2
+
+
+def test_a_transient_superlink_error_is_asked_again(listening, monkeypatch):
+    """A reachable SuperLink whose `flwr ls` fails now and then (HTTP 500, "database is locked"
+    under load) is asked again with back-off before the failure counts: a seed is not given up
+    for one locked database (issue 40, item 2, the driver's side); a lasting error still is."""
+    import fedbandit.flower.deployment as deployment
+
+    monkeypatch.setattr(deployment, "RETRY_SECONDS", 0.01)
+    locked = DeploymentError("`flwr ls` failed (1): HTTP 500: database is locked")
+
+    class Flaky(deployment.Submission):
+        def __init__(self, failures: int) -> None:
+            super().__init__(superlink=listening, state_dir=Path("."), insecure=True)
+            object.__setattr__(self, "answers", [locked] * failures + ["finished:completed"])
+
+        def status(self, env, run_id):
+            answer = self.answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    assert Flaky(deployment.STATUS_RETRIES)._status_or_lost({}, 7, "x") == "finished:completed"
+    with pytest.raises(DeploymentError, match="database is locked"):
+        Flaky(deployment.STATUS_RETRIES + 1)._status_or_lost({}, 7, "x")

@@ -62,6 +62,11 @@ DEPLOYMENT_POLL_SECONDS = 0.05
 ERROR_MARK = "fedbandit-error: "
 #: Seconds ``fedbandit run`` waits for an unreachable SuperLink to come back before giving up.
 UNREACHABLE_GRACE_SECONDS = 15.0
+#: How often the driver asks ``flwr ls`` again when a reachable SuperLink failed to answer (a
+#: transient error: HTTP 500, "database is locked" under load), with back-off from
+#: ``RETRY_SECONDS`` doubling each time, before the failure counts.
+STATUS_RETRIES = 3
+RETRY_SECONDS = 1.0
 #: Seconds the driver keeps asking for a finished run's log until its result files are there.
 LOG_WAIT_SECONDS = 15.0
 #: Seconds a finished run's log may take to arrive (it holds every seed's files).
@@ -443,16 +448,23 @@ class Submission:
 
     def _status_or_lost(self, env: dict[str, str], run_id: int, label: str) -> str:
         """The run's status; ``SuperLinkLostError`` when the SuperLink stays unreachable for
-        ``UNREACHABLE_GRACE_SECONDS`` (a restart within that time is waited for)."""
+        ``UNREACHABLE_GRACE_SECONDS`` (a restart within that time is waited for). A reachable
+        SuperLink that fails to answer is asked again ``STATUS_RETRIES`` times, with back-off,
+        before its error counts (a run must not be given up for one locked database)."""
         lost_since: float | None = None
+        failures = 0
         while True:
             try:
                 return self.status(env, run_id)
-            except DeploymentError:
+            except DeploymentError as err:
                 why = unreachable(self.superlink)
                 if why is None:
                     if lost_since is None:
-                        raise
+                        if isinstance(err, UnknownRunError) or failures >= STATUS_RETRIES:
+                            raise
+                        time.sleep(RETRY_SECONDS * 2**failures)
+                        failures += 1
+                        continue
                     why = "it came back without the run"
                 lost_since = lost_since if lost_since is not None else time.monotonic()
                 if time.monotonic() - lost_since >= UNREACHABLE_GRACE_SECONDS:
@@ -507,7 +519,13 @@ class Submission:
                 return split_record(files)[1]
         deadline = time.monotonic() + LOG_WAIT_SECONDS
         while True:
-            files = decode_files(self.log_text(run_id), what)
+            try:
+                log = self.log_text(run_id)
+            except DeploymentError:  # a failed `flwr log`: asked again until the deadline
+                if time.monotonic() > deadline:
+                    raise
+                log = ""
+            files = decode_files(log, what)
             if files is not None:
                 return split_record(files)[1]
             if time.monotonic() > deadline:
