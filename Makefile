@@ -13,6 +13,9 @@ ARGS ?=
 # A user-supplied data file or folder for experiments that need one, e.g.
 #   make experiment NAME=fedpe_movielens DATA=/path/to/ml-100k
 DATA ?=
+# Processes the default test tier is spread over (pytest-xdist; 0 runs it in this process). The
+# slow tier runs in one process: its deployments time rounds and share the loopback.
+TEST_WORKERS ?= 2
 
 # Flower phones home and installs run-time dependencies unless told not to.
 export FLWR_TELEMETRY_ENABLED := 0
@@ -42,7 +45,7 @@ $(PLUGIN_STAMP): $(STAMP) $(PLUGIN)/pyproject.toml
 	touch $(PLUGIN_STAMP)
 
 test: $(PLUGIN_STAMP)
-	$(BIN)/python -m pytest -q tests $(PLUGIN)/tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests $(PLUGIN)/tests
 
 test-slow: $(PLUGIN_STAMP)
 	$(BIN)/python -m pytest -q -m slow tests $(PLUGIN)/tests
