@@ -36,12 +36,15 @@ def plot_regret_curves(
     log_x: bool = False,
     over_log_t: bool = False,
     title: str | None = None,
+    ylabel: str | None = None,
+    xlabel: str | None = None,
 ) -> Axes:
     """Per-client cumulative regret R(t)/M against t from a long frame (algorithm, seed, t,
     regret): the mean over seeds with a 95% Student-t band of the mean (lower end clipped at 0)
     from ``MIN_SEEDS_FOR_BAND`` seeds on; with fewer seeds every seed's curve is drawn thin
     instead, and a single seed has no interval. With ``over_log_t``, R(t)/M / log t (t >= 2):
-    flat for logarithmic regret, falling for bounded. A log t axis is used only where asked."""
+    flat for logarithmic regret, falling for bounded. A log t axis is used only where asked.
+    ``ylabel`` and ``xlabel`` replace the axis labels (a replay's regret counts misses)."""
     ax = _axes(ax)
     for algorithm, frame in curves.groupby("algorithm", sort=False):
         # Steps every seed reached (a truncated file shortens them all, never mixes them).
@@ -52,22 +55,18 @@ def plot_regret_curves(
             t, values = t[keep], values[:, keep] / np.log(t[keep])
         if t.size == 0:
             continue
-        seeds = len(table)
-        mean = values.mean(axis=0)
-        (line,) = ax.plot(t, mean, label=f"{algorithm} ({seeds} seed{'s' * (seeds != 1)})")
-        if seeds >= MIN_SEEDS_FOR_BAND:
-            _, low, high = mean_ci95(values)
-            low = np.maximum(low, 0.0) if np.all(values >= 0) else low
-            ax.fill_between(t, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-        elif seeds > 1:
-            for row in values:
-                ax.plot(t, row, color=line.get_color(), linewidth=0.5, alpha=0.5)
+        _draw_seeds(ax, str(algorithm), t, values)
     if log_x and _positive_span(ax, "x"):
         ax.set_xscale("log")
     else:
         compact_ticks(ax)
-    ax.set_xlabel("t (pulls per client)" + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_ylabel("R(t)/M / log t" if over_log_t else "cumulative regret per client, R(t)/M")
+    log_note = ", log scale" if ax.get_xscale() == "log" else ""
+    ax.set_xlabel((xlabel or "t (pulls per client)") + log_note)
+    if ylabel is None:
+        ylabel = "R(t)/M / log t" if over_log_t else "cumulative regret per client, R(t)/M"
+    elif over_log_t:
+        ylabel = f"{ylabel} / log t"
+    ax.set_ylabel(ylabel)
     if title is not None:
         ax.set_title(title, fontsize="medium")
     ax.grid(ls="--", alpha=0.5)
@@ -79,6 +78,78 @@ def plot_regret_curves(
         )  # fmt: skip
     else:
         _nothing(ax, "no finished seed to plot" if curves.empty else "no t >= 2 to plot")
+    return ax
+
+
+def _draw_seeds(ax: Axes, algorithm: str, t: np.ndarray, values: np.ndarray) -> None:
+    """One algorithm's curves (seeds, steps): the mean, and a 95% Student-t band of the mean from
+    ``MIN_SEEDS_FOR_BAND`` seeds on (lower end clipped at 0 for non-negative values), else every
+    seed's curve thin."""
+    seeds = len(values)
+    mean = values.mean(axis=0)
+    (line,) = ax.plot(t, mean, label=f"{algorithm} ({seeds} seed{'s' * (seeds != 1)})")
+    if seeds >= MIN_SEEDS_FOR_BAND:
+        _, low, high = mean_ci95(values)
+        low = np.maximum(low, 0.0) if np.all(values >= 0) else low
+        ax.fill_between(t, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    elif seeds > 1:
+        for row in values:
+            ax.plot(t, row, color=line.get_color(), linewidth=0.5, alpha=0.5)
+
+
+def plot_reward_curves(
+    curves: pd.DataFrame,
+    random_per_event: float,
+    ax: Axes | None = None,
+    ratio: bool = False,
+    title: str | None = None,
+    legend: bool = True,
+) -> Axes:
+    """A replay of logged events: the cumulative reward (all clients) against t from a long
+    frame (algorithm, seed, t, reward), mean over seeds with a band as ``plot_regret_curves``,
+    and the expected reward of uniform random choice, t x ``random_per_event`` (exact), dashed.
+    With ``ratio``, reward(t) / random(t): the papers' normalised reward (Li & Wang divide by
+    one random run's reward + 1; this divides by its expectation), 1 for random choice, drawn
+    from the t at which random's expected reward reaches 1 (before it the ratio is noise)."""
+    ax = _axes(ax)
+    drawn = False
+    for algorithm, frame in curves.groupby("algorithm", sort=False):
+        if "reward" not in frame:
+            continue
+        table = frame.pivot_table(index="seed", columns="t", values="reward").dropna(axis=1)
+        t, values = table.columns.to_numpy(), table.to_numpy()
+        if ratio:
+            keep = t * random_per_event >= 1
+            t, values = t[keep], values[:, keep] / (t[keep] * random_per_event)
+        if t.size == 0:
+            continue
+        _draw_seeds(ax, str(algorithm), t, values)
+        drawn = True
+    if drawn:
+        t_all = np.sort(curves["t"].unique())
+        if ratio:
+            t_all = t_all[t_all * random_per_event >= 1]
+        baseline = np.ones(len(t_all)) if ratio else t_all * random_per_event
+        ax.plot(t_all, baseline, color="black", linestyle="--", linewidth=1,
+                label="uniform random (expected)")  # fmt: skip
+        compact_ticks(ax)
+        if legend:
+            _legend_outside(ax)
+        ax.text(
+            0.99, 0.01, _band_note(curves), transform=ax.transAxes, fontsize="x-small",
+            ha="right", va="bottom", alpha=0.7,
+        )  # fmt: skip
+    else:
+        _nothing(ax, "no finished seed with a reward to plot")
+    ax.set_xlabel("t (events replayed)")
+    ax.set_ylabel(
+        "cumulative reward / uniform random's expected"
+        if ratio
+        else "cumulative reward, all clients (logged choice picked)"
+    )
+    if title is not None:
+        ax.set_title(title, fontsize="medium")
+    ax.grid(ls="--", alpha=0.5)
     return ax
 
 

@@ -5,15 +5,23 @@ Layout of ``results/NAME/<timestamp>/``::
 
     config.toml                  the resolved experiment (after --set overrides)
     manifest.json                versions, git commit, seeds, instance facts, status
-    runs/ALGO/seed_K.regret.csv  t, regret: mean per-client cumulative regret R(t)/M
+    runs/ALGO/seed_K.regret.csv  t, regret: mean per-client cumulative regret R(t)/M (a replay
+                                 of logged events adds reward: the cumulative reward, all clients)
     runs/ALGO/seed_K.comm.csv    round, kind, direction, t, messages, scalars, bytes
     runs/ALGO/seed_K.clients.csv client_id, regret, pulls (at the horizon)
     runs/ALGO/seed_K.json        totals and timing; written last: marks the seed done
     summary.json                 per algorithm: final regret, CI, communication, checkpoints,
                                  R(T)/R(T/2) averaged over seeds
-    plots/regret.png, plots/communication.png
+    plots/regret.png, plots/communication.png (and plots/reward.png for a replay)
 
 Every file is written to a temporary name and renamed, so a file is whole or absent.
+
+A replay of logged events (an instance kind whose parameters say ``REWARD_IS_HIT``, such as
+``replay``: reward 1 if the pick is the logged choice, else 0) has no true parameter; its
+``regret`` is the number of *misses* (events whose pick was not the logged choice), so the
+cumulative reward is t - misses(t), written as the ``reward`` column of the curve file. The
+summary adds the final reward, the expected reward of uniform random choice (t / K, exact) and
+their ratio; ``plots/reward.png`` draws both.
 """
 
 from __future__ import annotations
@@ -37,11 +45,17 @@ from fedbandit._version import __version__
 from fedbandit.analysis import INTERVAL, checkpoint_times, curve_grid, interval_or_none
 from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError, DataError
-from fedbandit.plotting import plot_communication_frame, plot_regret_curves, save_figure
+from fedbandit.plotting import (
+    plot_communication_frame,
+    plot_regret_curves,
+    plot_reward_curves,
+    save_figure,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
+    from fedbandit.group_environment import RegretRecord
     from fedbandit.simulation import SeedResult
 
 PACKAGES = ("fedbandit", "numpy", "scipy", "cvxpy", "clarabel", "flwr", "pandas", "matplotlib")
@@ -54,6 +68,46 @@ BOOKKEEPING_TOTALS = (
     "uplink_bookkeeping_scalars",
     "downlink_bookkeeping_scalars",
 )
+
+
+#: The y label of a replay's regret curve (its regret counts misses).
+MISSES_LABEL = "misses per client, R(t)/M (pick != logged choice)"
+#: What the summary says a replay's columns are.
+REPLAY_UNITS = {
+    "final_regret": "R(T)/M: misses per client (events whose pick was not the logged choice; "
+    "regret against always picking the logged choice, reward 1 per event)",
+    "final_reward": "cumulative reward at T, all clients: events whose pick was the logged "
+    "choice (T - misses)",
+    "random_reward": "expected cumulative reward of uniform random choice at T: sum over the T "
+    "events of 1/|pool| = T / K (exact, not a random run)",
+    "reward_ratio": "final_reward / random_reward (the papers' normalised reward)",
+    "hit_rate": "final_reward / T",
+}
+
+
+def is_replay(config: ExperimentConfig | Any) -> bool:
+    """Whether a run replays logged events: its instance's reward is the logged-choice indicator
+    and its regret counts misses (the kind's parameters say ``REWARD_IS_HIT``)."""
+    instance = getattr(config, "instance", config)
+    return bool(getattr(instance, "REWARD_IS_HIT", False))
+
+
+def hit_curve(record: RegretRecord, horizon: int) -> np.ndarray | None:
+    """A replay's cumulative reward at steps 1..T over all clients: t - misses(t), exact (every
+    step's regret is 0 or 1 miss); None when the record does not cover every step (clients lost
+    before reporting: their steps' outcomes are unknown)."""
+    if len(record.client_ids) == 0 or int(np.sum(record.client_pulls)) != horizon:
+        return None
+    per_step = np.rint(np.cumsum(record.increment_diff)[:-1] / record.scale)
+    return np.arange(1, horizon + 1) - np.cumsum(per_step)
+
+
+def random_reward_per_event(instance_facts: dict[str, Any]) -> float:
+    """1/K from a replay instance's summary (the manifest's ``instance``)."""
+    value = instance_facts.get("random_reward_per_event")
+    if value is None:
+        value = 1.0 / float(instance_facts["num_arms"])
+    return float(value)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -190,6 +244,9 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             "*_per_client": "whole run, per client",
         },
     }
+    replay = is_replay_manifest(manifest)
+    if replay:
+        summary["units"].update(REPLAY_UNITS)
     for algorithm in manifest["algorithms"]:
         seeds = completed_seeds(run_dir, algorithm, manifest["seeds"])
         if not seeds:
@@ -231,8 +288,60 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         entry["regret_checkpoints"] = {
             str(int(t[i])): float(curves[:, i].mean()) for i in index if i < len(t)
         }
+        if replay:
+            entry.update(reward_entry(run_dir, algorithm, seeds, manifest, t, index))
         summary[algorithm] = entry
     return summary
+
+
+def is_replay_manifest(manifest: dict[str, Any]) -> bool:
+    """Whether a results folder holds a replay of logged events (its experiment's instance)."""
+    try:
+        config = validate_experiment(manifest["config"])
+    except (ConfigError, KeyError):
+        return False
+    return is_replay(config)
+
+
+def reward_entry(
+    run_dir: Path,
+    algorithm: str,
+    seeds: list[int],
+    manifest: dict[str, Any],
+    t: np.ndarray,
+    index: np.ndarray,
+) -> dict[str, Any]:
+    """A replay's summary keys: final reward (all clients), the expected reward of uniform
+    random choice at T (exact), their ratio and the hit rate, each averaged over seeds with its
+    interval, and the reward at the checkpoints. None where a seed has no reward (lost clients)."""
+    horizon = int(manifest["horizon"])
+    frames = [
+        pd.read_csv(seed_stem(run_dir, algorithm, s).with_suffix(".regret.csv")) for s in seeds
+    ]
+    if not all("reward" in f for f in frames):
+        return {"final_reward_mean": None, "reward_note": "no reward column in the curve files"}
+    rewards = np.stack([f["reward"].to_numpy(dtype=float) for f in frames])
+    random = horizon * random_reward_per_event(manifest["instance"])
+    final = rewards[:, -1]
+    if not np.all(np.isfinite(final)):
+        return {
+            "final_reward_mean": None,
+            "random_reward": random,
+            "reward_note": "a seed lost clients before they reported: its reward is unknown",
+        }
+    ratio = final / random
+    interval, ratio_interval = interval_or_none(final), interval_or_none(ratio)
+    return {
+        "final_reward_mean": float(final.mean()),
+        "final_reward_ci95": list(interval) if interval is not None else None,
+        "random_reward": random,
+        "reward_ratio_mean": float(ratio.mean()),
+        "reward_ratio_ci95": list(ratio_interval) if ratio_interval is not None else None,
+        "hit_rate_mean": float(final.mean() / horizon),
+        "reward_checkpoints": {
+            str(int(t[i])): float(rewards[:, i].mean()) for i in index if i < len(t)
+        },
+    }
 
 
 def privacy_entry(infos: list[dict[str, Any]]) -> dict[str, Any]:
@@ -292,6 +401,14 @@ def seed_files(
     if result.report:
         info["report"] = dict(result.report)
     regret = pd.DataFrame({"t": grid, "regret": curve[grid - 1]})
+    if is_replay(config):
+        hits = hit_curve(result.regret, config.horizon)
+        if hits is None:
+            regret["reward"] = np.nan
+            info["final_reward"] = None
+        else:
+            regret["reward"] = hits[grid - 1]
+            info["final_reward"] = float(hits[-1])
     return {
         str(stem.with_suffix(".regret.csv")): regret.to_csv(index=False),
         str(stem.with_suffix(".comm.csv")): result.communication.to_csv(index=False),
@@ -326,7 +443,9 @@ class Results:
 
     - ``curves``: one row per (algorithm, seed, t): ``regret`` is the per-client cumulative
       regret R(t)/M, stored at the steps of ``fedbandit.analysis.curve_grid(T)`` (every 2^k,
-      T/2, T, and about 1,500 steps spaced evenly on a log and on a linear scale).
+      T/2, T, and about 1,500 steps spaced evenly on a log and on a linear scale); a replay of
+      logged events adds ``reward``, the cumulative reward of all clients (its regret counts
+      misses).
     - ``communication``: one row per (algorithm, seed, round, direction): ``kind``, ``t``
       (pulls per client when the round happened), ``messages``, ``scalars``, ``bytes`` (whole
       run, all clients).
@@ -352,9 +471,54 @@ class Results:
         last = self.curves.sort_values("t").groupby(["algorithm", "seed"], sort=False).tail(1)
         return last[["algorithm", "seed", "regret"]].sort_values(["algorithm", "seed"])
 
+    @property
+    def replay(self) -> bool:
+        """Whether the run replays logged events (reward: the logged-choice indicator)."""
+        return is_replay(self.config)
+
     def plot_regret(self, ax: Axes | None = None, log_x: bool = False) -> Axes:
-        """R(t)/M against t per algorithm: mean over seeds and a 95% Student-t band."""
-        return plot_regret_curves(self.curves, ax=ax, log_x=log_x, title=self._title())
+        """R(t)/M against t per algorithm: mean over seeds and a 95% Student-t band (for a
+        replay: the misses per client)."""
+        ylabel, xlabel = self._regret_labels()
+        return plot_regret_curves(
+            self.curves, ax, log_x, title=self._title(), ylabel=ylabel, xlabel=xlabel
+        )
+
+    def final_reward(self) -> pd.DataFrame:
+        """A replay's cumulative reward at T per (algorithm, seed), with the expected reward of
+        uniform random choice (``random``) and the ratio."""
+        self._require_replay()
+        last = self.curves.sort_values("t").groupby(["algorithm", "seed"], sort=False).tail(1)
+        frame = last[["algorithm", "seed", "t", "reward"]].sort_values(["algorithm", "seed"])
+        frame = frame.assign(random=frame["t"] * self.random_reward_per_event())
+        return frame.assign(ratio=frame["reward"] / frame["random"]).drop(columns="t")
+
+    def random_reward_per_event(self) -> float:
+        """1/K: the expected reward of uniform random choice per replayed event."""
+        self._require_replay()
+        return random_reward_per_event(self.manifest.get("instance", {}))
+
+    def plot_reward(self, ax: Axes | None = None, ratio: bool = False) -> Axes:
+        """A replay's cumulative reward against t (or, with ``ratio``, its ratio to uniform
+        random choice's expected reward), mean over seeds with a band (see
+        ``plot_reward_curves``)."""
+        self._require_replay()
+        return plot_reward_curves(
+            self.curves, self.random_reward_per_event(), ax=ax, ratio=ratio, title=self._title()
+        )
+
+    def _require_replay(self) -> None:
+        if not self.replay or "reward" not in self.curves:
+            raise ConfigError(
+                f"{self.config.name}: not a replay of logged events, so no reward curve "
+                "(its rewards are noisy; its regret is the pseudo-regret)"
+            )
+
+    def _regret_labels(self) -> tuple[str | None, str | None]:
+        """The regret plot's (y, x) labels: a replay's regret counts misses, per event."""
+        if not self.replay:
+            return None, None
+        return MISSES_LABEL, "t (events replayed)"
 
     def plot_communication(self, ax: Axes | None = None) -> Axes:
         """Cumulative uplink (solid) and downlink (dashed) scalars per client against t."""
@@ -385,6 +549,8 @@ class Results:
         )
         sigma = facts.get("noise_sigma")
         noise = f", sigma={sigma:g}" if isinstance(sigma, (int, float)) else ""
+        if self.replay:  # 0/1 rewards from the log: sigma is only what learners assume
+            noise = ", logged events"
         status = "" if self.complete else " [incomplete]"
         return f"{self.config.name}{status}\n{sizes}, T={self.config.horizon}{noise}, {shown}"
 
@@ -457,14 +623,22 @@ def plot_regret(
 ) -> Axes:
     """The regret plot of a results folder (see ``plot_regret_curves``)."""
     results = load_results(run_dir)
+    ylabel, xlabel = results._regret_labels()
     return plot_regret_curves(
-        results.curves, ax=ax, log_x=log_x, over_log_t=over_log_t, title=results._title()
+        results.curves,
+        ax=ax,
+        log_x=log_x,
+        over_log_t=over_log_t,
+        title=results._title(),
+        ylabel=ylabel,
+        xlabel=xlabel,
     )
 
 
 def plot_run(run_dir: Path, log_x: bool | None = None) -> list[Path]:
     """Write plots/regret.png and plots/communication.png (and plots/regret_over_log_t.png when
-    the experiment's ``[plot]`` asks) from the folder's files alone."""
+    the experiment's ``[plot]`` asks, plots/reward.png for a replay of logged events: the
+    cumulative reward and its ratio to uniform random choice) from the folder's files alone."""
     from matplotlib.figure import Figure  # matplotlib loads in a fifth of a second: when drawing
 
     run_dir = Path(run_dir)
@@ -475,8 +649,16 @@ def plot_run(run_dir: Path, log_x: bool | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     num_clients = int(results.manifest["instance"]["num_clients"])
     paths = []
+    ylabel, xlabel = results._regret_labels()
     figure = Figure(figsize=(7, 4.5))
-    plot_regret_curves(results.curves, figure.gca(), log_x=log_x, title=results._title())
+    plot_regret_curves(
+        results.curves,
+        figure.gca(),
+        log_x=log_x,
+        title=results._title(),
+        ylabel=ylabel,
+        xlabel=xlabel,
+    )
     paths.append(save_figure(figure, out / "regret.png"))
     figure = Figure(figsize=(11, 4.2))
     for ax, direction in zip(figure.subplots(1, 2), ("uplink", "downlink"), strict=True):
@@ -487,7 +669,21 @@ def plot_run(run_dir: Path, log_x: bool | None = None) -> list[Path]:
     if results.config.plot.regret_over_log_t:
         figure = Figure(figsize=(7, 4.5))
         plot_regret_curves(
-            results.curves, figure.gca(), log_x=True, over_log_t=True, title=results._title()
+            results.curves,
+            figure.gca(),
+            log_x=True,
+            over_log_t=True,
+            title=results._title(),
+            ylabel=ylabel,
+            xlabel=xlabel,
         )
         paths.append(save_figure(figure, out / "regret_over_log_t.png"))
+    if results.replay and "reward" in results.curves:
+        figure = Figure(figsize=(12, 4.5))
+        per_event = results.random_reward_per_event()
+        for ax, ratio in zip(figure.subplots(1, 2), (False, True), strict=True):
+            plot_reward_curves(
+                results.curves, per_event, ax, ratio=ratio, title=results._title(), legend=ratio
+            )
+        paths.append(save_figure(figure, out / "reward.png"))
     return paths

@@ -17,6 +17,10 @@ Arrival orders (the instance's ``arrival``):
   acting client is drawn from a stream of its own (``ARRIVAL_DOMAIN``, derived from the run's
   entropy alone, so every client group draws the same sequence); the acting client's k-th context
   and noise are the k-th of its own stream, in the same chunk layout as the synchronous order.
+- ``logged`` (``fedbandit.datasets.replay``, a replay of logged events): global steps 0..T-1, in
+  each of which the client of event s of the file acts; its own environment
+  (``ReplayEnvironment``, a subclass of this one) serves the events. Counted like
+  ``sequential`` by ``total_interactions`` and ``round_of_step``.
 """
 
 from __future__ import annotations
@@ -50,8 +54,8 @@ ARRIVAL_DOMAIN = 2
 
 
 def arrival_order(instance: Any) -> str:
-    """The instance's arrival order: ``synchronous`` unless its parameters say ``sequential`` or
-    ``round_robin``."""
+    """The instance's arrival order: ``synchronous`` unless its parameters say ``sequential``,
+    ``round_robin`` or ``logged``."""
     return str(getattr(getattr(instance, "params", None), "arrival", "synchronous"))
 
 
