@@ -21,7 +21,12 @@ from fedbandit.federation.runtime import run_federation
 from fedbandit.flower.apps import FlowerJob, build_client_app
 from fedbandit.flower.codec import HEADER_KEY
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
-from fedbandit.flower.secure_aggregation import SecureSettings, default_threshold
+from fedbandit.flower.secure_aggregation import (
+    SecureSettings,
+    close_session,
+    default_threshold,
+    open_session,
+)
 from fedbandit.registry import build_instance
 from fedbandit.runspec import RunSpec, RuntimeOptions
 from fedbandit.simulation import build_server, simulate
@@ -245,8 +250,17 @@ class NodesGrid:
 
 
 def secure_run(
-    experiment, algorithm, num_nodes=4, secure=True, policy="abort", overrides=(), **grid_options
+    experiment,
+    algorithm,
+    num_nodes=4,
+    secure=True,
+    policy="abort",
+    overrides=(),
+    min_contributors=None,
+    **grid_options,
 ):
+    """A whole run on ``NodesGrid``; ``min_contributors``: the session's k (default: the
+    module's default session, k = ``MIN_CONTRIBUTORS``)."""
     config = load_experiment(experiment, list(overrides))
     options = RuntimeOptions(
         runtime="flower-sim",
@@ -276,7 +290,12 @@ def secure_run(
     runtime = FlowerGridRuntime(
         grid, ranges, 0.3, 0.001, steps_per_round=options.steps_per_round, secure=settings
     )
-    outcome = run_federation(server, runtime, policy)
+    if min_contributors is not None:
+        open_session(grid, min_contributors)
+    try:
+        outcome = run_federation(server, runtime, policy)
+    finally:
+        runtime.session = close_session(grid)
     return outcome, seen, grid, runtime
 
 
@@ -305,7 +324,12 @@ def test_secagg_gives_the_plaintext_results_and_the_server_sees_only_sums(
         RunSpec(experiment=config, algorithm=algorithm, seed=0).entropy,
         config.hyperparameters(algorithm),
     )
-    outcome, seen, grid, runtime = secure_run(experiment, algorithm, overrides=overrides)
+    # batched FedLinUCB's 80 secure batches run without the contributor count here (it doubles
+    # SecAgg+'s stages); with it: test_secure_contributors.py (slow)
+    minimum = 1 if "fedlinucb" in algorithm else None
+    outcome, seen, grid, runtime = secure_run(
+        experiment, algorithm, overrides=overrides, min_contributors=minimum
+    )
     np.testing.assert_array_equal(outcome.regret.increment_diff, local.regret.increment_diff)
     assert outcome.status == "complete" and runtime.secure_report["exchanges"] > 0
     assert runtime.secure_report["clipped_values"] == 0
@@ -324,7 +348,11 @@ def test_secagg_gives_the_plaintext_results_and_the_server_sees_only_sums(
     for reply in stage2:
         for record in reply.content.array_records.values():
             assert len(record) == 0
-        clear = json.loads(str(reply.content.config_records["fitres.metrics"]["json"]))
+        metrics = reply.content.config_records["fitres.metrics"]
+        if "secure-blocks" in metrics:  # a count: the blocks per field, nothing of a client
+            assert set(metrics) == {"secure-blocks", "secure-holds", "handler-s"}
+            continue
+        clear = json.loads(str(metrics["json"]))
         names = {entry[0].split("/", 1)[1] for entry in clear["layout"]}
         # nor, for Fed-PE, the per-arm estimates the summed shares are made of
         assert not names & (summed | ({"estimate"} if "weighted_estimate" in summed else set()))
@@ -411,7 +439,7 @@ def test_a_summed_reply_never_travels_with_run_ahead_replies(monkeypatch):
     """Batched FedLinUCB's clients run ahead through the steps inside a batch and stop before
     the step that closes it (``uploads_next``), so the upload goes through SecAgg+; a protocol
     that fails to say so is stopped when its upload reaches the runtime in the clear."""
-    outcome, seen, grid, _ = secure_run("fed_private", "batched_fedlinucb")
+    outcome, seen, grid, _ = secure_run("fed_private", "batched_fedlinucb", min_contributors=1)
     assert outcome.status == "complete"
     steps = [m for _, m, _ in grid.replies if m.metadata.message_type == "train.step"]
     assert len(steps) < 2000  # run ahead: 4 nodes x 2,000 rounds would be 8,000 deliveries
@@ -421,7 +449,7 @@ def test_a_summed_reply_never_travels_with_run_ahead_replies(monkeypatch):
 
     monkeypatch.setattr(BatchedLinUCBClient, "uploads_next", lambda self: False)
     with pytest.raises(RuntimeError, match="came back in the clear"):
-        secure_run("fed_private", "batched_fedlinucb")
+        secure_run("fed_private", "batched_fedlinucb", min_contributors=1)
 
 
 # --- issue 37: the shuffle model's epsilon against the server the run had ------------------------
@@ -433,7 +461,9 @@ def test_the_shuffle_models_epsilon_is_the_headline_only_when_the_server_saw_sum
     """Through SecAgg+ the server sees each batch's nodes summed over the silos: the headline is
     the sum model's epsilon (5). The same run in the clear reports epsilon_local (issue 37)."""
     short = [*SHUFFLE, "horizon=250"]  # 10 batches: the headline does not depend on their number
-    secure, seen, _, _ = secure_run("fed_private", "private_fedlinucb", overrides=short)
+    secure, seen, _, _ = secure_run(
+        "fed_private", "private_fedlinucb", overrides=short, min_contributors=1
+    )
     plain, _, _, _ = secure_run("fed_private", "private_fedlinucb", secure=False, overrides=short)
     np.testing.assert_array_equal(secure.regret.increment_diff, plain.regret.increment_diff)
     assert all(r.summed for r in seen if r.kind == "upload")
@@ -455,7 +485,7 @@ def test_after_a_lost_node_the_shuffle_epsilon_comes_from_the_survivors_sums():
 
     outcome, seen, _, _ = secure_run(
         "fed_private", "private_fedlinucb", policy="drop", overrides=[*SHUFFLE, "horizon=500"],
-        silent_from={103: 10 * 25 - 1},
+        silent_from={103: 10 * 25 - 1}, min_contributors=1,
     )  # fmt: skip
     assert outcome.status == "complete" and outcome.dropped
     privacy = outcome.report["privacy"]

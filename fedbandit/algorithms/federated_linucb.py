@@ -284,13 +284,24 @@ class FederatedRidgeClientBase(ClientLogic):
         """log det V_i - log det of the reference view, per client."""
         return self.policy.learners.logdet.sum(axis=1) - self.reference_logdet
 
+    #: Under secure aggregation a collect may ask to hold groups back (``hold``, see ``_upload``).
+    HOLDS_SECURE_BLOCKS = True
+
     def _upload(self, message: Message, sending: np.ndarray) -> Message:
-        """Upload the pending (dV, db) of the ``sending`` clients (groups with new data only)."""
+        """Upload the pending (dV, db) of the ``sending`` clients (groups with new data only).
+
+        Under secure aggregation the request carries ``hold`` (n, G): groups whose sum would
+        have fewer contributors than the run allows (``fedbandit.flower.secure_aggregation``)
+        stay pending, for the next sync; and the clear ``send`` flags are all True (every client
+        takes part in every summed group, zeros included), so that they name nobody."""
         send = sending[:, None] & (self.pending_count > 0)
+        hold = message.fields.get("hold")
+        if hold is not None and np.size(hold):
+            send &= ~np.asarray(hold, dtype=bool)
         fields = {
             "gram_delta": np.where(send[..., None, None], self.pending_gram, 0.0),
             "target_delta": np.where(send[..., None], self.pending_target, 0.0),
-            "send": send,
+            "send": send if hold is None else np.ones_like(send),
         }
         sparse = {"gram_delta": "send", "target_delta": "send"}
         if self.authors_code:  # the sample counts travel with the statistics (numObs)

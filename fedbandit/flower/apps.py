@@ -12,6 +12,7 @@ exactly once) and runs ``run_federation`` over a ``FlowerGridRuntime``
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -21,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import lru_cache
-from logging import ERROR
+from logging import ERROR, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,14 @@ from fedbandit.flower.internals import pull_backoff
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
 from fedbandit.flower.result_log import encode_files, progress_line, write_line
 from fedbandit.flower.secure_aggregation import (
+    MIN_CONTRIBUTORS,
     MIN_NODES,
+    SecureRequest,
     SecureSettings,
+    close_session,
+    count_reply,
+    held_values,
+    open_session,
     secure_reply,
     unwrap_request,
 )
@@ -254,23 +261,36 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
         return Message(encode_hello(logic.client_ids), reply_to=message)
 
     def answer(
-        message: Message, content: RecordDict, context: Context
+        message: Message,
+        content: RecordDict,
+        context: Context,
+        hold: SecureRequest | None = None,
+        dry: bool = False,
     ) -> tuple[ClientLogic, list[BanditMessage]]:
         """The group and its replies to the encoded request ``content``: one, or with run-ahead
-        instructions those of every exchange it ran; its state kept for the next message."""
+        instructions those of every exchange it ran; its state kept for the next message unless
+        ``dry`` (a secure count: the same request comes again). ``hold``: a secure sum's
+        request, whose held-back blocks the clients keep (``hold`` field)."""
         request = decode(content)
         job = _job(known, message, context)
         logic, store = _client_logic(job, context, request.round)
+        if hold is not None and getattr(logic, "HOLDS_SECURE_BLOCKS", False):
+            request = dataclasses.replace(
+                request, fields={**request.fields, "hold": hold.hold(request.num_clients)}
+            )
         control = get_ahead(content)
         if control is not None:
-            _rewind(logic, context, control[1])
-        before = _copy(logic.state_dict()) if store is not None else {}
+            _rewind(logic, context, control[1], dry)
+        before = _copy(logic.state_dict()) if store is not None and not dry else {}
         if control is None:
             replies = [logic.handle(request)]
         else:
             secure = job.spec.options.secure_aggregation
             replies, ahead = run_ahead(logic, request, control[0], stop_before_upload=secure)
-            encode_ahead(ahead, context.state)
+            if not dry:
+                encode_ahead(ahead, context.state)
+        if dry:
+            return logic, replies
         encode_state(logic.state_dict(), context.state)
         if store is not None:
             store.save(request.round, before, logic.state_dict())
@@ -293,13 +313,20 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
         ``secaggplus_mod`` runs SecAgg+'s stages and calls this with the node's request; the
         reply's summed fields go back masked, the rest in the clear."""
         started = time.perf_counter()
-        content, summed = unwrap_request(message.content)
-        logic, replies = answer(message, content, context)
+        request = unwrap_request(message.content)
+        summed = request.summed
+        count = request.phase == "count"
+        logic, replies = answer(message, request.content, context, request, dry=count)
         if len(replies) != 1:
             raise RuntimeError(f"a secure exchange ran {len(replies)} exchanges, expected 1")
         summable = logic.summable(replies[0], summed)
-        reply = secure_reply(summable, summed, time.perf_counter() - started)
-        return Message(reply, reply_to=message)
+        seconds = time.perf_counter() - started
+        if count:
+            holds = bool(getattr(logic, "HOLDS_SECURE_BLOCKS", False))
+            return Message(count_reply(summable, summed, holds, seconds), reply_to=message)
+        if leaked := held_values(summable, summed, request.held):
+            raise RuntimeError(f"the clients did not hold back blocks {request.held} of {leaked}")
+        return Message(secure_reply(summable, summed, seconds), reply_to=message)
 
     @app.query("regret")
     def regret(message: Message, context: Context) -> Message:
@@ -313,9 +340,10 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
     return app
 
 
-def _rewind(logic: ClientLogic, context: Context, consumed: int) -> None:
+def _rewind(logic: ClientLogic, context: Context, consumed: int, dry: bool = False) -> None:
     """Bring a group that ran ahead in its last delivery back to the ``consumed`` exchanges the
-    server used (0: nothing to do), from its run-ahead memory in ``context.state``."""
+    server used (0: nothing to do), from its run-ahead memory in ``context.state`` (kept as it
+    is when ``dry``)."""
     if consumed == 0:
         return
     ahead = decode_ahead(context.state, logic.client_ids)
@@ -325,7 +353,8 @@ def _rewind(logic: ClientLogic, context: Context, consumed: int) -> None:
             "no run-ahead memory (was it restarted?)"
         )
     rewind(logic, ahead, consumed)
-    encode_ahead(Ahead(None, ahead.first, min(consumed, ahead.ran)), context.state)
+    if not dry:
+        encode_ahead(Ahead(None, ahead.first, min(consumed, ahead.ran)), context.state)
 
 
 def build_server_app(
@@ -412,13 +441,20 @@ def build_server_app(
             secure,
         )
         runtime.on_round = on_round
-        outcome = run_federation(server, runtime, job.on_client_failure)
+        if secure is not None:
+            open_session(grid, secure.min_contributors)
+        try:
+            outcome = run_federation(server, runtime, job.on_client_failure)
+        finally:
+            session = close_session(grid)
         if secure is not None:
             outcome.report["secure_aggregation"] = {
                 "threshold": secure.threshold_for(len(ranges)),
                 "nodes": len(ranges),
                 **runtime.secure_report,
+                **session.report(),
             }
+            _report_clipped(job, runtime.secure_report.get("clipped_values", 0))
         job.results.append(outcome)
         job.timings[:] = runtime.timings
 
@@ -436,7 +472,8 @@ def _secure_settings(job: FlowerJob, server: ServerLogic, num_nodes: int) -> Sec
             f"secure aggregation needs {MIN_NODES} or more nodes, but {num_nodes} serve the "
             f"clients: start more SuperNodes, each with its own --clients range"
         )
-    settings = SecureSettings(server.secure_fields, options.secure_threshold)
+    minimum = getattr(options, "secure_min_contributors", None) or MIN_CONTRIBUTORS
+    settings = SecureSettings(server.secure_fields, options.secure_threshold, minimum)
     if num_nodes > secure_sum.MAX_NODES:
         raise DeploymentError(
             f"secure aggregation sums at most {secure_sum.MAX_NODES} nodes (SecAgg+'s modulus "
@@ -449,6 +486,22 @@ def _secure_settings(job: FlowerJob, server: ServerLogic, num_nodes: int) -> Sec
             "SuperNodes"
         )
     return settings
+
+
+def _report_clipped(job: FlowerJob, clipped: int) -> None:
+    """Say on the terminal (the ServerApp's log, which a simulation and an attached deployment
+    show) that secure aggregation clipped values at +-2^52: the sums are then wrong."""
+    if clipped:
+        log(
+            WARNING,
+            "%s seed %d: secure aggregation clipped %d value(s) at +-2^%d; the sums that held "
+            "them are wrong (a statistic that large is a bug upstream: "
+            "report.secure_aggregation.clipped_values)",
+            job.algorithm,
+            job.spec.seed,
+            clipped,
+            secure_sum.INTEGER_BITS,
+        )
 
 
 class RoundReporter:

@@ -16,6 +16,16 @@ the surviving nodes of each summed field and which nodes survived; every other f
 so masking hides a node's (a silo's) sum, not a client's within it. Flower draws the masks from
 ``np.random.RandomState`` seeded from the shared keys, not from a cryptographic generator.
 
+No sum is unmasked over fewer than ``min_contributors`` nodes (k, default ``MIN_CONTRIBUTORS``):
+with k > 1 each exchange is two SecAgg+ runs. First a *count*: every node answers the request
+without keeping its state and sends, masked, per block of each summed field (its index along the
+axis after the client axis: a parameter group), whether it contributes (any of its clients'
+values there is not zero) and how many of its clients do; the server unmasks only these counts.
+Then the *sum*, in which the blocks that 1 to k - 1 nodes would fill are held back: the clients
+keep them for a later exchange (``hold``; DisLinUCB's and H-LinUCB's syncs). An algorithm whose
+clients cannot hold blocks back stops the seed instead (``SecureRefusalError``), and a node lost in
+the sum's masked-vector stage that could leave a block below k stops it before the unmasking.
+
 The workflow returns sum(w_i x_i) / sum(w_i): every node gives weight 1 (``num_examples`` = 1 =
 ``max_weight``), so the result is the sum over the n survivors divided by n, multiplied back here
 and rounded to the integer limb sums. With ``clipping_range`` = q / 2 Flower's quantiser is the
@@ -27,8 +37,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -54,11 +64,17 @@ from fedbandit.flower.internals import legacy_records
 __all__ = [
     "CLIPPING_RANGE",
     "INLINE_ALWAYS",
+    "MIN_CONTRIBUTORS",
     "MIN_NODES",
     "QUANTIZATION_RANGE",
     "SecureOutcome",
+    "SecureRefusalError",
+    "SecureSession",
     "SecureSettings",
+    "close_session",
+    "count_reply",
     "default_threshold",
+    "open_session",
     "request_content",
     "secure_exchange",
     "secure_reply",
@@ -73,8 +89,19 @@ CLIPPING_RANGE = float(QUANTIZATION_RANGE // 2)
 #: Fewest nodes that secure aggregation accepts, and fewest whose sum it ever unmasks: with two,
 #: each learns the other's value from the sum (and Flower's SecAgg+ halts below two).
 MIN_NODES = 3
-#: FitIns config keys: the names of the fields to sum (JSON list).
+#: Fewest contributing nodes a summed block is unmasked over, by default: with 2, each of them
+#: learns the other's values from the sum (the download carries it), as a server colluding
+#: with one of them would.
+MIN_CONTRIBUTORS = 3
+#: FitIns config keys: the names of the fields to sum (JSON list), the phase ("count" or
+#: "sum") and, in a sum, the blocks held back (JSON: {"blocks": B, "held": [indices]}).
 SUMMED_KEY = "secure-summed"
+PHASE_KEY = "secure-phase"
+HOLD_KEY = "secure-hold"
+#: A count's FitRes metrics keys: the blocks of each summed field (JSON) and whether the node's
+#: clients can hold blocks back (``ClientLogic.HOLDS_SECURE_BLOCKS``).
+BLOCKS_KEY = "secure-blocks"
+HOLDS_KEY = "secure-holds"
 #: FitRes metrics keys: the summed fields' layout (JSON) and how many values were clipped.
 LAYOUT_KEY = "secure-layout"
 CLIPPED_KEY = "secure-clipped"
@@ -91,6 +118,7 @@ class SecureSettings:
 
     fields: Callable[[BanditMessage], frozenset[str]]
     threshold: int | None = None
+    min_contributors: int = MIN_CONTRIBUTORS
 
     def threshold_for(self, num_nodes: int) -> int:
         """Nodes that must survive a secure exchange among ``num_nodes``: the setting or the
@@ -116,14 +144,91 @@ def request_content(content: RecordDict, summed: Iterable[str]) -> FitIns:
     return FitIns(Parameters(tensors=[], tensor_type=""), config)  # type: ignore[arg-type]
 
 
-def unwrap_request(content: RecordDict) -> tuple[RecordDict, frozenset[str]]:
-    """On the node: the encoded message of ``request_content`` and the names to sum."""
+@dataclass(frozen=True)
+class SecureRequest:
+    """What a node is asked in a secure exchange: its encoded message, the fields to sum, the
+    phase ("count": only which blocks it would fill; "sum") and the blocks to hold back
+    (``held`` of ``blocks``, a sum only)."""
+
+    content: RecordDict
+    summed: frozenset[str]
+    phase: str = "sum"
+    blocks: int = 0
+    held: tuple[int, ...] = ()
+
+    def hold(self, num_clients: int) -> np.ndarray:
+        """The ``hold`` field of the request: (clients, blocks), True where held back."""
+        hold = np.zeros((num_clients, self.blocks), dtype=bool)
+        hold[:, list(self.held)] = True
+        return hold
+
+
+def with_phase(fitins: FitIns, phase: str, blocks: int = 0, held: Iterable[int] = ()) -> FitIns:
+    """``fitins`` (of ``request_content``) for a phase of the exchange."""
+    config = dict(fitins.config)
+    config[PHASE_KEY] = phase
+    if phase == "sum":
+        config[HOLD_KEY] = json.dumps({"blocks": int(blocks), "held": sorted(int(b) for b in held)})
+    return FitIns(fitins.parameters, config)
+
+
+def unwrap_request(content: RecordDict) -> SecureRequest:
+    """On the node: the request of ``request_content`` (and ``with_phase``)."""
     try:
         config = dict(content.config_records["fitins.config"])
         summed = json.loads(str(config.pop(SUMMED_KEY)))
-    except (KeyError, ValueError) as err:
+        phase = str(config.pop(PHASE_KEY, "sum"))
+        hold = json.loads(str(config.pop(HOLD_KEY, '{"blocks": 0, "held": []}')))
+        blocks, held = int(hold["blocks"]), tuple(int(b) for b in hold["held"])
+    except (KeyError, ValueError, TypeError) as err:
         raise MalformedReplyError(f"not a fedbandit secure exchange: {err}") from None
-    return RecordDict({HEADER_KEY: ConfigRecord(config)}), frozenset(summed)
+    if phase not in ("count", "sum") or not all(0 <= b < blocks for b in held):
+        raise MalformedReplyError(f"not a fedbandit secure exchange: phase {phase!r}, hold {hold}")
+    content = RecordDict({HEADER_KEY: ConfigRecord(config)})
+    return SecureRequest(content, frozenset(summed), phase, blocks, held)
+
+
+def _blocks(value: np.ndarray) -> np.ndarray:
+    """(clients, blocks): whether each client's values in each block of a summed field (its
+    index along the axis after the client axis; one block for a field of one value per
+    client) are not all zero."""
+    value = np.asarray(value)
+    per = value.reshape(len(value), value.shape[1] if value.ndim > 1 else 1, -1)
+    return np.any(per != 0, axis=2)
+
+
+def count_reply(reply: BanditMessage, summed: frozenset[str], holds: bool, seconds: float):
+    """The node's ``FitRes`` of a count, as a ``RecordDict``: masked, per block of each summed
+    field (sorted by name), 1 when any of its clients contributes and the number of its clients
+    that do; in the clear only the number of blocks per field and whether its clients can hold
+    blocks back (the same for every node of a run)."""
+    names = sorted(summed & set(reply.fields))
+    filled = [_blocks(reply.fields[name]) for name in names]
+    vector = np.concatenate(
+        [f.any(axis=0).astype(np.float64) for f in filled]
+        + [f.sum(axis=0).astype(np.float64) for f in filled]
+        + [np.zeros(1)]
+    )
+    limbs, _ = secure_sum.encode(vector)
+    blocks = {name: int(f.shape[1]) for name, f in zip(names, filled, strict=True)}
+    metrics = {
+        BLOCKS_KEY: json.dumps(blocks),
+        HOLDS_KEY: int(bool(holds)),
+        "handler-s": float(seconds),
+    }
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([limbs.ravel()]), 1, metrics)  # type: ignore[arg-type]
+    return legacy_records.fitres_to_records(fitres)
+
+
+def held_values(reply: BanditMessage, summed: frozenset[str], held: Iterable[int]) -> list[str]:
+    """The summed fields of ``reply`` with a non-zero value in a ``held`` block (none, when the
+    clients held them back as asked)."""
+    found = []
+    for name in sorted(summed & set(reply.fields)):
+        filled = _blocks(reply.fields[name])
+        if filled[:, [b for b in held if b < filled.shape[1]]].any():
+            found.append(name)
+    return found
 
 
 def secure_reply(reply: BanditMessage, summed: frozenset[str], seconds: float) -> RecordDict:
@@ -176,6 +281,55 @@ class SecureOutcome:
     clipped: int = 0
     halted: bool = False
     client_seconds: float = float("nan")
+    #: Per summed field, per block: (contributing nodes, contributing clients) as counted
+    #: before the sum (None without a count), and the blocks held back.
+    contributors: dict[str, list[tuple[int, int]]] | None = None
+    held: tuple[int, ...] = ()
+
+
+class SecureRefusalError(ValueError):
+    """A sum would be unmasked over fewer nodes than the run allows and the algorithm's clients
+    cannot hold the blocks back: the exchange is refused, nothing is unmasked."""
+
+
+@dataclass
+class SecureSession:
+    """A run's secure exchanges on one grid: the fewest contributing nodes a block is unmasked
+    over (``min_contributors``, k) and what the counts found: the (nodes, clients) of every
+    non-empty block unmasked, blocks held back, exchanges refused."""
+
+    min_contributors: int = MIN_CONTRIBUTORS
+    unmasked: list[tuple[int, int]] = field(default_factory=list)
+    held_blocks: int = 0
+    counts: int = 0
+
+    def report(self) -> dict[str, int | None]:
+        """For the seed's JSON (``report.secure_aggregation``)."""
+        return {
+            "min_contributors": self.min_contributors,
+            "count_exchanges": self.counts,
+            "held_blocks": self.held_blocks,
+            "fewest_contributing_nodes": min((n for n, _ in self.unmasked), default=None),
+            "fewest_contributing_clients": min((c for _, c in self.unmasked), default=None),
+        }
+
+
+#: The session of each grid a run drives secure exchanges on (``open_session``).
+_SESSIONS: dict[int, SecureSession] = {}
+
+
+def open_session(grid: object, min_contributors: int = MIN_CONTRIBUTORS) -> SecureSession:
+    """Start the secure session of a run on ``grid``: ``secure_exchange`` on that grid unmasks no
+    block over fewer than ``min_contributors`` nodes (1: no count, every sum unmasked)."""
+    if min_contributors < 1:
+        raise ValueError(f"min_contributors must be 1 or more, got {min_contributors}")
+    session = _SESSIONS[id(grid)] = SecureSession(min_contributors)
+    return session
+
+
+def close_session(grid: object) -> SecureSession:
+    """End the session of ``grid`` (the default one ``secure_exchange`` opened if none was)."""
+    return _SESSIONS.pop(id(grid), SecureSession())
 
 
 @dataclass(frozen=True)
@@ -222,6 +376,10 @@ class _TrackingGrid:
         self._grid, self.poll_seconds, self.stop = grid, poll_seconds, stop
         self.errors: dict[int, str] = {}
         self.silent: set[int] = set()
+        #: Called with the nodes asked for their shares before the unmask stage is sent: a
+        #: reason not to unmask (the stage is then not sent and SecAgg+ halts), or None.
+        self.before_unmask: Callable[[set[int]], str | None] | None = None
+        self.refused: str | None = None
 
     def __getattr__(self, name: str):
         return getattr(self._grid, name)
@@ -230,6 +388,10 @@ class _TrackingGrid:
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> list[Message]:
         messages = list(messages)
+        if self.before_unmask is not None and messages and _stage(messages[0]) == "unmask":
+            self.refused = self.before_unmask({m.metadata.dst_node_id for m in messages})
+            if self.refused is not None:
+                return []
         ids = list(self._grid.push_messages(messages))
         node_of = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True)}
         pending = set(ids)
@@ -254,23 +416,20 @@ class _TrackingGrid:
         return replies
 
 
-def secure_exchange(
-    grid: Grid,
+def _stage(message: Message) -> str | None:
+    configs = message.content.config_records.get("secaggplus_configs")
+    return None if configs is None else str(configs.get("stage"))
+
+
+def _workflow(
+    tracking: _TrackingGrid,
     requests: dict[int, FitIns],
     group_index: int,
     timeout: float,
-    poll_seconds: float,
     threshold: int,
-    stop: threading.Event | None = None,
-) -> SecureOutcome:
-    """One exchange through SecAgg+: ``requests`` (node -> its ``request_content``) delivered,
-    the summed fields unmasked over the surviving nodes. Nodes that fail a stage (an error, or
-    silent for ``timeout`` seconds) are dropped by SecAgg+ and named in ``lost``; with fewer
-    than ``threshold`` left, the outcome is ``halted``. ``group_index`` (the job's index in a
-    simulation, 0 in a deployment) becomes the messages' ``group_id``: Flower's workflow sets it
-    from its round, so the round is set to it."""
-    legacy_records.require()
-    tracking = _TrackingGrid(grid, poll_seconds, stop)
+) -> list[tuple[_Node, FitRes]] | None:
+    """One run of SecAgg+'s four stages over ``requests``: the survivors' replies with the
+    unmasked aggregate, or None when it halted."""
     strategy = _Exchange(requests)
     # the workflow reads its round and parameters from this context's state, nothing else
     run = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={})
@@ -290,11 +449,160 @@ def secure_exchange(
         timeout=timeout,
     )
     workflow(tracking, context)  # type: ignore[arg-type]
-    if strategy.results is None:
-        lost = {node: why for node, why in tracking.errors.items()}
+    return strategy.results
+
+
+def _lost(
+    tracking: _TrackingGrid, requests: Mapping[int, object], timeout: float, alive=None
+) -> dict[int, str]:
+    """The nodes of ``requests`` lost, with why: those not ``alive`` after a completed workflow,
+    or (``alive`` None: it halted) those that failed or stayed silent."""
+    if alive is None:
+        lost = dict(tracking.errors)
         lost.update({node: f"no reply within {timeout:g} s" for node in tracking.silent})
-        return SecureOutcome({}, {}, {}, lost, halted=True)
-    return _unmask(strategy.results, requests, tracking, timeout)
+        return lost
+    return {
+        node: tracking.errors.get(node, f"no reply within {timeout:g} s")
+        for node in requests
+        if node not in alive
+    }
+
+
+def _limb_sums(results: list[tuple[_Node, FitRes]]) -> np.ndarray:
+    """The integer limb sums over the survivors of a completed workflow (it returned their
+    mean: sum / n, multiplied back and rounded)."""
+    vector = parameters_to_ndarrays(results[0][1].parameters)[0]
+    limb_sums = np.rint(np.asarray(vector, dtype=np.float64) * len(results))
+    return limb_sums.reshape(-1, secure_sum.LIMBS)
+
+
+def _counts(
+    results: list[tuple[_Node, FitRes]],
+) -> tuple[dict[str, list[tuple[int, int]]], bool]:
+    """A count's unmasked result: per field, per block (contributing nodes, clients); and
+    whether every node's clients can hold blocks back."""
+    layouts, holds = set(), True
+    for proxy, fitres in results:
+        try:
+            layouts.add(str(fitres.metrics[BLOCKS_KEY]))
+            holds &= bool(int(fitres.metrics[HOLDS_KEY]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise MalformedReplyError(f"node {proxy.node_id}: not a secure count: {err}") from None
+    if len(layouts) != 1:
+        raise MalformedReplyError(f"the nodes counted blocks of different layouts: {layouts}")
+    blocks: dict[str, int] = json.loads(layouts.pop())
+    total = sum(blocks.values())
+    values = secure_sum.decode(_limb_sums(results), len(results), (2 * total + 1,))
+    values = np.rint(values).astype(np.int64)
+    counts, start = {}, 0
+    for name, size in blocks.items():
+        nodes, clients = values[start : start + size], values[total + start : total + start + size]
+        counts[name] = [(int(n), int(c)) for n, c in zip(nodes, clients, strict=True)]
+        start += size
+    return counts, holds
+
+
+def secure_exchange(
+    grid: Grid,
+    requests: dict[int, FitIns],
+    group_index: int,
+    timeout: float,
+    poll_seconds: float,
+    threshold: int,
+    stop: threading.Event | None = None,
+) -> SecureOutcome:
+    """One exchange through SecAgg+: ``requests`` (node -> its ``request_content``) delivered,
+    the summed fields unmasked over the surviving nodes. Nodes that fail a stage (an error, or
+    silent for ``timeout`` seconds) are dropped by SecAgg+ and named in ``lost``; with fewer
+    than ``threshold`` left, the outcome is ``halted``. ``group_index`` (the job's index in a
+    simulation, 0 in a deployment) becomes the messages' ``group_id``: Flower's workflow sets it
+    from its round, so the round is set to it.
+
+    With the grid's session (``open_session``) asking for k > 1 contributors, a count comes
+    first (see the module): blocks that 1 to k - 1 nodes fill are held back by the clients,
+    or, when they cannot, the exchange is refused (``SecureRefusalError``, nothing unmasked); a
+    node lost in the sum's masked-vector stage that could leave a block below k halts it before
+    the unmasking."""
+    legacy_records.require()
+    if len(requests) > secure_sum.MAX_NODES:
+        raise ValueError(
+            f"secure aggregation sums at most {secure_sum.MAX_NODES} nodes (SecAgg+'s modulus "
+            f"2^32), not {len(requests)}"
+        )
+    session = _SESSIONS.setdefault(id(grid), SecureSession())
+    k = session.min_contributors
+    contributors: dict[str, list[tuple[int, int]]] | None = None
+    held: set[int] = set()
+    lost: dict[int, str] = {}
+    if k > 1:
+        tracking = _TrackingGrid(grid, poll_seconds, stop)
+        count_requests = {node: with_phase(fitins, "count") for node, fitins in requests.items()}
+        results = _workflow(tracking, count_requests, group_index, timeout, threshold)
+        session.counts += 1
+        if results is None:
+            return SecureOutcome({}, {}, {}, _lost(tracking, requests, timeout), halted=True)
+        alive = {proxy.node_id for proxy, _ in results}
+        lost = _lost(tracking, requests, timeout, alive)
+        contributors, holds = _counts(results)
+        held = {
+            block
+            for blocks in contributors.values()
+            for block, (nodes, _) in enumerate(blocks)
+            if 0 < nodes < k
+        }
+        if held and not holds:
+            raise SecureRefusalError(
+                f"blocks {sorted(held)} of the summed fields would be unmasked over fewer than "
+                f"{k} contributing nodes, and this algorithm's clients cannot hold them back: "
+                "refused (lower --secure-min-contributors, or run in the clear)"
+            )
+        width = max((len(b) for b in contributors.values()), default=0)
+        requests = {
+            node: with_phase(fitins, "sum", width, held)
+            for node, fitins in requests.items()
+            if node in alive
+        }
+        if len(requests) < max(threshold, MIN_NODES):
+            return SecureOutcome({}, {}, {}, lost, halted=True)
+    tracking = _TrackingGrid(grid, poll_seconds, stop)
+    if contributors is not None:
+        counted = set(requests)
+
+        def before_unmask(asked: set[int]) -> str | None:
+            gone = len(counted - asked)
+            short = [
+                (name, block)
+                for name, blocks in contributors.items()
+                for block, (nodes, _) in enumerate(blocks)
+                if block not in held and nodes > 0 and nodes - gone < k
+            ]
+            if gone and short:
+                return (
+                    f"{gone} node(s) lost in the masked-vector stage could leave a sum over fewer "
+                    f"than {k} contributing nodes: not unmasked"
+                )
+            return None
+
+        tracking.before_unmask = before_unmask
+    results = _workflow(tracking, requests, group_index, timeout, threshold)
+    if results is None:
+        gone = _lost(tracking, requests, timeout)
+        if tracking.refused is not None:
+            gone = {node: f"{why}; {tracking.refused}" for node, why in gone.items()}
+        return SecureOutcome({}, {}, {}, {**lost, **gone}, halted=True)
+    outcome = _unmask(results, requests, tracking, timeout)
+    outcome.lost.update(lost)
+    outcome.contributors, outcome.held = contributors, tuple(sorted(held))
+    if contributors is not None:
+        missing = len(requests) - len(results)
+        session.held_blocks += len(held)
+        session.unmasked.extend(
+            (nodes - missing, clients)
+            for blocks in contributors.values()
+            for block, (nodes, clients) in enumerate(blocks)
+            if nodes > 0 and block not in held
+        )
+    return outcome
 
 
 def _unmask(
@@ -328,9 +636,7 @@ def _unmask(
             + "; ".join(f"node {node}: {text}" for node, text in sorted(layouts.items()))
         )
     layout = json.loads(next(iter(layouts.values())))
-    vector = parameters_to_ndarrays(next(iter(survivors.values())).parameters)[0]
-    limb_sums = np.rint(np.asarray(vector, dtype=np.float64) * len(survivors))
-    limb_sums = limb_sums.reshape(-1, secure_sum.LIMBS)
+    limb_sums = _limb_sums(results)
     sums: dict[str, np.ndarray] = {}
     start = 0
     for name, entry in layout["fields"].items():

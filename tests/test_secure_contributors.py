@@ -1,0 +1,118 @@
+"""Issue 39, item 2: no sum is unmasked over fewer than k contributing nodes (default 3).
+
+Whole runs through Flower's SecAgg+ workflow and mod with fedbandit's real ClientApp on in-memory
+nodes (``test_secure_aggregation.NodesGrid``: the real secure-sum path without Ray or processes).
+Contributors are counted here independently of the count the server runs: every masked reply a
+node builds is recorded (``apps.secure_reply`` wrapped), and per exchange and per block (the index
+after the client axis of a summed field) a node contributes when any of its clients' values there
+is not zero. The plaintext run of the same seed shows the leak the rule closes: DisLinUCB syncs in
+the sequential order where one client alone has new data (its sum is that client's statistics).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from test_secure_aggregation import flower_identity, secure_run  # noqa: F401 (a fixture)
+
+from fedbandit.flower import apps
+from fedbandit.flower.secure_aggregation import MIN_CONTRIBUTORS, _blocks
+
+#: The sequential order (one client acts per step): 5 clients on 4 nodes, T = 400.
+SEQUENTIAL = ("fed_contextual_published_tiny", "dislinucb")
+
+
+@pytest.fixture
+def masked(monkeypatch):
+    """Every masked reply built on a node: (round, client ids, per summed field the (clients,
+    blocks) flags of non-zero values)."""
+    calls: list[tuple[int, tuple[int, ...], dict[str, np.ndarray]]] = []
+    original = apps.secure_reply
+
+    def recording(reply, summed, seconds):
+        names = sorted(summed & set(reply.fields))
+        filled = {name: _blocks(reply.fields[name]) for name in names}
+        calls.append((reply.round, tuple(reply.client_ids.tolist()), filled))
+        return original(reply, summed, seconds)
+
+    monkeypatch.setattr(apps, "secure_reply", recording)
+    return calls
+
+
+def contributors(calls) -> list[tuple[int, str, int, int, int]]:
+    """(round, field, block, contributing nodes, contributing clients) of every non-empty block
+    of every secure sum."""
+    by_round: dict[int, list[dict[str, np.ndarray]]] = defaultdict(list)
+    for round_, _, filled in calls:
+        by_round[round_].append(filled)
+    found = []
+    for round_, nodes in sorted(by_round.items()):
+        for name in nodes[0]:
+            per_node = np.array([node[name].any(axis=0) for node in nodes])  # (nodes, blocks)
+            clients = np.sum([node[name].sum(axis=0) for node in nodes], axis=0)
+            for block in np.flatnonzero(per_node.any(axis=0)):
+                found.append(
+                    (round_, name, int(block), int(per_node[:, block].sum()), int(clients[block]))
+                )
+    return found
+
+
+def senders(seen) -> list[int]:
+    """Per sync (DisLinUCB's upload replies, plaintext): how many clients sent statistics."""
+    return [int(np.asarray(r.fields["send"]).any(axis=1).sum()) for r in seen if r.kind == "upload"]
+
+
+def test_a_lone_sender_is_held_back_until_three_nodes_contribute(masked):
+    """DisLinUCB in the sequential order: in plaintext some syncs carry one client's statistics
+    alone. Under secure aggregation (k = 3, 4 nodes) every block unmasked holds 3 or more
+    contributing nodes; the others' statistics wait for a later sync (held), the run completes,
+    and no clear flag names the senders (``send`` is all True in a secure reply)."""
+    _, plain, _, _ = secure_run(*SEQUENTIAL, secure=False)
+    # the leak: syncs whose sum holds fewer than 3 clients' statistics (2 here; 1 with 20 clients)
+    assert min(senders(plain)) < MIN_CONTRIBUTORS
+    outcome, seen, _, runtime = secure_run(*SEQUENTIAL)
+    assert outcome.status == "complete"
+    found = contributors(masked)
+    assert found and min(nodes for *_, nodes, _ in found) == MIN_CONTRIBUTORS
+    assert min(clients for *_, clients in found) >= MIN_CONTRIBUTORS
+    report = runtime.session.report()
+    assert report["held_blocks"] > 0 and report["fewest_contributing_nodes"] >= MIN_CONTRIBUTORS
+    uploads = [r for r in seen if r.kind == "upload"]
+    assert uploads and all(r.summed and np.asarray(r.fields["send"]).all() for r in uploads)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [2])
+def test_k_is_configurable(masked, k):
+    outcome, _, _, runtime = secure_run(*SEQUENTIAL, min_contributors=k)
+    assert outcome.status == "complete"
+    assert min(nodes for *_, nodes, _ in contributors(masked)) >= k
+    assert runtime.session.report()["fewest_contributing_nodes"] >= k
+
+
+SUPPORTED = [
+    ("contextual_tiny", "dislinucb", []),
+    ("fedpe_tiny", "fedpe", []),
+    ("fedpe_shared_tiny", "fedpe_shared", []),
+    ("fed_private_pe", "private_fedpe", []),
+    ("fed_heterogeneous_tiny", "hlinucb", ["instance.heterogeneity=0.05"]),
+    ("fed_private", "batched_fedlinucb", ["horizon=500"]),
+    ("fed_private", "private_fedlinucb", ["horizon=500"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("experiment", "algorithm", "overrides"), SUPPORTED)
+def test_every_supported_algorithm_unmasks_no_sum_below_k(masked, experiment, algorithm, overrides):
+    """Whole runs of every supported algorithm under the default k = 3 on 4 nodes: every block
+    of every sum unmasked has 3 or more contributing nodes; an algorithm that cannot hold
+    contributions back is refused before anything is unmasked (its seed stops)."""
+    outcome, _, _, runtime = secure_run(experiment, algorithm, overrides=overrides)
+    found = contributors(masked)
+    report = runtime.session.report()
+    print(algorithm, outcome.status, report, outcome.failure)
+    assert outcome.status == "complete" or "refused" in outcome.failure, outcome.failure
+    assert found
+    assert min(nodes for *_, nodes, _ in found) >= MIN_CONTRIBUTORS, outcome.failure
