@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from step_recorder import record_steps
 
 from fedbandit.cli import main as cli_main
 from fedbandit.config import load_experiment, validate_experiment
@@ -36,11 +37,12 @@ from fedbandit.datasets.replay import (
     write_example,
 )
 from fedbandit.errors import ConfigError, DataError, MissingDataError
+from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.registry import build_instance
 from fedbandit.results import hit_curve, load_results
 from fedbandit.runner import run_experiment
 from fedbandit.runspec import RuntimeOptions
-from fedbandit.simulation import build_federation, simulate
+from fedbandit.simulation import SeedResult, build_federation, simulate
 
 # --------------------------------------------------------------------------- generated files
 
@@ -307,10 +309,11 @@ def authors_events(folder: Path, bias: bool = True):
 def authors_dislinucb(folder: Path, lam: float, delta: float, R: float, threshold: float):
     """``lib/DisLinUCB.py`` (FedGLB-UCB) with ``alpha=None`` (its ``alpha_t``,
     ``alpha_t_scaling`` 1), in ``RunRealworldDataset.py``'s loop. Returns the rewards, the
-    script's ``totalCommCost``, and per sync the clients known and those with buffered data."""
+    script's ``totalCommCost``, per sync the clients known and those with buffered data, and the
+    arm (pool position) picked at every event."""
     clients: dict[int, dict] = {}
     A_agg, b_agg, n_agg = None, None, 0
-    total, rewards, syncs = 0, [], []
+    total, rewards, syncs, arms = 0, [], [], []
     ties = np.random.default_rng(0)
     for step, (user, chosen, ids, arm_matrix) in enumerate(authors_events(folder)):
         d = arm_matrix.shape[1]
@@ -331,6 +334,7 @@ def authors_dislinucb(folder: Path, lam: float, delta: float, R: float, threshol
         ucbs = np.sqrt((np.matmul(arm_matrix, c["AInv"]) * arm_matrix).sum(axis=1))
         mu = np.matmul(arm_matrix, c["theta"]) + c["alpha_t"] * 1.0 * ucbs
         arm = int(ties.choice(np.flatnonzero(mu == mu.max())))
+        arms.append(arm)
         reward = 1 if ids[arm] == chosen else 0
         rewards.append(reward)
         x = arm_matrix[arm]
@@ -359,7 +363,7 @@ def authors_dislinucb(folder: Path, lam: float, delta: float, R: float, threshol
             for model in clients.values():
                 total += d**2 + d + 1
                 model["A"], model["b"], model["n"] = A_agg.copy(), b_agg.copy(), n_agg
-    return rewards, total, syncs
+    return rewards, total, syncs, arms
 
 
 def our_rewards(result, horizon: int) -> list[int]:
@@ -369,13 +373,17 @@ def our_rewards(result, horizon: int) -> list[int]:
 def test_dislinucb_gives_the_authors_rewards_and_communication(tmp_path):
     folder = example(tmp_path, users=4, events=400, items=60, dim=4, pool_size=8, temperature=0.3)
     lam, delta, R, D = 0.2, 0.01, 0.5, 2.0
-    rewards, authors_total, syncs = authors_dislinucb(folder, lam, delta, R, D)
+    rewards, authors_total, syncs, arms = authors_dislinucb(folder, lam, delta, R, D)
     instance = build_replay(params(folder, shuffle_pools=False))
     hyper = {
         "fidelity": "authors_code", "regularization": lam, "delta": delta, "noise_sigma": R,
         "threshold": D,
     }  # fmt: skip
-    result = simulate(instance, "dislinucb", 400, [0, 0], hyper)
+    server, groups = build_federation(instance, "dislinucb", 400, [0, 0], hyper)
+    steps = record_steps(groups)
+    outcome = run_federation(server, InProcessRuntime(groups))
+    result = SeedResult.of("dislinucb", [0, 0], outcome, 0.0)
+    assert [steps[s]["arm"] for s in range(400)] == arms
     assert our_rewards(result, 400) == rewards
     assert 40 < sum(rewards) < 400 and len(syncs) >= 5
     # Communication: both count d^2 + d + 1 scalars per client and direction in a sync; the
@@ -395,7 +403,7 @@ def test_dislinucb_gives_the_authors_rewards_and_communication(tmp_path):
 
 def test_the_dislinucb_comparison_fails_on_a_changed_rule(tmp_path):
     folder = example(tmp_path, users=4, events=300, items=60, dim=4, pool_size=8, temperature=0.3)
-    rewards, _, _ = authors_dislinucb(folder, 0.2, 0.01, 0.5, 2.0)
+    rewards, _, _, _ = authors_dislinucb(folder, 0.2, 0.01, 0.5, 2.0)
     instance = build_replay(params(folder, shuffle_pools=False))
     hyper = {"fidelity": "paper", "regularization": 0.2, "delta": 0.01, "threshold": 2.0}
     assert our_rewards(simulate(instance, "dislinucb", 300, [0, 0], hyper), 300) != rewards
@@ -418,7 +426,7 @@ def authors_fedglb_ucb(folder: Path, users: list[int], lam=0.2, threshold=2.0, a
     c_mu = _sigmoid(1.0) * (1 - _sigmoid(1.0))
     clients: dict[int, dict] = {}
     A_g, theta_global, n_g = None, None, 0
-    rewards, syncs, iterations = [], [], []
+    rewards, syncs, iterations, arms = [], [], [], []
     ties = np.random.default_rng(0)
     for step, (user, chosen, ids, arm_matrix) in enumerate(authors_events(folder)):
         d = arm_matrix.shape[1]
@@ -435,6 +443,7 @@ def authors_fedglb_ucb(folder: Path, users: list[int], lam=0.2, threshold=2.0, a
         ucbs = np.sqrt((np.matmul(arm_matrix, c["AInv"]) * arm_matrix).sum(axis=1))
         mu = np.matmul(arm_matrix, c["ridge"]) + alpha * ucbs
         arm = int(ties.choice(np.flatnonzero(mu == mu.max())))
+        arms.append(arm)
         click = 1 if ids[arm] == chosen else 0
         rewards.append(click)
         x = arm_matrix[arm]
@@ -491,22 +500,21 @@ def authors_fedglb_ucb(folder: Path, users: list[int], lam=0.2, threshold=2.0, a
             model["AInv"] = AInv_g.copy()
             model["ridge"] = np.dot(AInv_g, b_g)
             model["ONS"] = x_agd.copy()
-    return rewards, syncs, iterations
+    return rewards, syncs, iterations, arms
 
 
 def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(tmp_path):
     folder = example(tmp_path, users=3, events=150, items=50, dim=3, pool_size=6, temperature=0.3)
     instance = build_replay(params(folder, shuffle_pools=False))
     users = [int(u) for u in instance.users]
-    rewards, syncs, iterations = authors_fedglb_ucb(folder, users)
+    rewards, syncs, iterations, arms = authors_fedglb_ucb(folder, users)
     hyper = {
         "regularization": 0.2, "delta": 0.01, "width": 0.3, "threshold": 2.0,
         "warm_start": True, "max_iterations": 1000,
     }  # fmt: skip
     server, groups = build_federation(instance, "fedglb_ucb", 150, [0, 0], hyper)
+    steps = record_steps(groups)
     ours_syncs, ours_iterations = [], []
-    from fedbandit.federation.runtime import InProcessRuntime, run_federation
-
     runtime = InProcessRuntime(groups)
 
     class Recording:
@@ -522,6 +530,7 @@ def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(tmp_path)
             return getattr(runtime, name)
 
     outcome = run_federation(server, Recording())
+    assert [steps[s]["arm"] for s in range(150)] == arms
     hits = hit_curve(outcome.regret, 150)
     assert np.diff(hits, prepend=0).astype(int).tolist() == rewards
     assert ours_syncs == syncs and ours_iterations == iterations
