@@ -94,3 +94,45 @@ def test_a_linear_learner_runs_on_a_logistic_instance():
     oful = simulate(instance, "oful", 400, [0, 0])
     regret = oful.regret.client_regret.sum()
     assert 0 < regret < 400 * 4  # a Bernoulli mean gap is at most 1 per client-step
+
+
+def test_the_authors_arm_pool_by_hand():
+    """bias_coordinate and basis_points: the pool of ``RunSyntheticDataset.py`` (the first d
+    arms eye(d) with its last column set to 1, the others a unit vector in d - 1 coordinates and
+    a constant 1); the parameter is the plain instance's."""
+    base = dict(setting="shared", contexts="points", num_points=40, num_arms=5, dim=4, seed=3)
+    plain = glm_contextual_instance(GLMContextualParams(**base))
+    pool = glm_contextual_instance(
+        GLMContextualParams(**base, bias_coordinate=True, basis_points=True)
+    )
+    expected_basis = np.array([[1, 0, 0, 1], [0, 1, 0, 1], [0, 0, 1, 1], [0, 0, 0, 1.0]])
+    np.testing.assert_array_equal(pool.points[:4], expected_basis)
+    rest = pool.points[4:]
+    np.testing.assert_array_equal(rest[:, 3], 1.0)
+    np.testing.assert_allclose(np.linalg.norm(rest, axis=1), np.sqrt(2), rtol=1e-12)
+    free = plain.points[4:, :3]  # the plain pool's first d - 1 coordinates, renormalised
+    np.testing.assert_allclose(rest[:, :3], free / np.linalg.norm(free, axis=1, keepdims=True))
+    np.testing.assert_array_equal(pool.thetas, plain.thetas)
+    assert pool.name == "glm_logistic_points_bias"
+    bias_only = glm_contextual_instance(GLMContextualParams(**base, bias_coordinate=True))
+    np.testing.assert_array_equal(bias_only.points[4:], rest)
+    np.testing.assert_allclose(np.linalg.norm(bias_only.points, axis=1), np.sqrt(2))
+    # contexts are drawn from the pool, the bias coordinate always 1
+    x = pool.expand(pool.sample_contexts(np.random.default_rng(0), 50))
+    np.testing.assert_array_equal(x[..., 3], 1.0)
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"bias_coordinate": True, "contexts": "sphere"}, "bias_coordinate"),
+        ({"basis_points": True, "contexts": "gaussian"}, "basis_points"),
+        ({"basis_points": True, "contexts": "points", "num_points": 3, "dim": 5}, "num_points"),
+        ({"bias_coordinate": True, "contexts": "points", "dim": 1}, "dim"),
+    ],
+)
+def test_the_arm_pool_options_need_a_points_pool(extra, match):
+    base = {"name": "glm", "horizon": 10, "seeds": 1, "algorithms": ["fedglb_ucb"]}
+    instance = {"kind": "glm_contextual", "setting": "shared", **extra}
+    with pytest.raises(ConfigError, match=match):
+        validate_experiment({**base, "instance": instance})

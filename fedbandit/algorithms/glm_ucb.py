@@ -43,12 +43,37 @@ Where ours differs from the code:
 - the argmax breaks ties by the lowest arm index (the code: at random among equal values, which
   with a shared theta only happens between identical arm vectors, so the regret is the same);
 - in synchronous rounds every client acts in a round and a global update follows the round; in the
-  code's order (``round_robin``: ``for iter: for uid in range(N)``) ours makes the code's
-  decisions (checked in ``tests/test_glm_ucb.py`` against a transcription of the code's loop);
+  code's order (``round_robin``: ``for iter: for uid in range(N)``) ours makes the decisions of
+  the code with every client created before the first step (checked in
+  ``tests/test_glm_ucb.py`` against a transcription of the code's loop), and with
+  ``fidelity = "authors_code"`` those of the code as it is, clients created at their first pull
+  (below);
 - communication is counted from the messages: the code counts d^2 + 1 per client per collect,
   2 d per client and AGD iteration (leaving out the triggering client and the last iteration) and
   d^2 + d + 1 per client per download; ours counts every message, the trigger bits, ``finish``
   and the one-scalar ``collect`` request.
+
+``fidelity = "authors_code"`` (``fedglb_ucb``): the code's joining rule. Its server creates a
+client at the client's first ``decide`` (``self.clients``), and a global update collects from,
+asks gradients of and overwrites only the clients created so far; a client that has not pulled
+keeps empty statistics (A = 0, A_inv = c_mu / lambda I, no global confidence parts), so its first
+pull grows log det(A + lambda/c_mu I) by log(1 + c_mu ||x||^2 / lambda) over one sample, which
+triggers a global update whenever that reaches D (with the script's norm-sqrt-2 arms and D, every
+client's first pull does). Ours: each client sends a one-scalar ``joined`` flag with its first
+pull (bookkeeping), and the server's collect request, AGD points and the result of a global
+update go to the joined clients only (their replies likewise); in the paper mode every client is
+in the federation from the start. With every client acting in the first synchronous round the
+two modes are the same run. The AGD's cold start (``init_x`` = 0) and cap (2 n) are the
+synthetic script's in both modes (the real-data script warm-starts and caps at 1000:
+``warm_start``, ``max_iterations``). ``ons_glm`` with ``authors_code`` is the code's
+``N_ONS_GLM``: A_inv starts at I / lambda (not c_mu / lambda I; the projection keeps the metric
+A + lambda/c_mu I), B at 2 c_mu lambda S^2, and alpha_t = s sqrt(lambda S^2 + ``alone_beta``(B)
++ theta_ridge^T b - sum_z2). Both are checked against transcriptions of the code's loops,
+creating clients as the code does, in ``tests/test_glm_reference.py``.
+
+Every per-client field of the global update's messages has a unit axis and is sparse on a mask
+of the clients in the federation (all of them in the paper mode), so communication counts only
+what the federation's members send and receive.
 
 The model's link is the instance's unless ``link`` says otherwise: logistic (the code's
 ``sigmoid``) or probit. Both use the GLM score (mu(z) - y) x, which is the gradient of the negative
@@ -72,6 +97,7 @@ from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.resources import contextual_bytes_per_client
 
 Link = Literal["logistic", "probit"]
+Fidelity = Literal["paper", "authors_code"]
 
 #: Bisection steps of ``project_to_ball``: the bracket shrinks by 2^-80, below float resolution.
 BISECTION_STEPS = 80
@@ -89,7 +115,11 @@ class FedGLBParams(Hyperparameters):
       syncs);
     - ``max_iterations``: of the AGD (default 2 n); ``warm_start``: start the AGD from the last
       global x (the script starts from 0);
-    - ``projection``: the ONS step's feasible set: ``ball`` ||theta|| <= S, or ``none``."""
+    - ``projection``: the ONS step's feasible set: ``ball`` ||theta|| <= S, or ``none``;
+    - ``fidelity``: ``paper`` (default) or ``authors_code`` (the authors' code's joining rule:
+      a client is part of the federation from its first pull; for ``ons_glm`` the constants of
+      the code's ``N_ONS_GLM``; see the module docstring). The AGD's start (0) and cap (2 n) are
+      those of the synthetic script in both modes."""
 
     regularization: float = Field(2.0, gt=0)
     delta: float = Field(0.01, gt=0, lt=1)
@@ -103,10 +133,13 @@ class FedGLBParams(Hyperparameters):
     max_iterations: int | None = Field(None, ge=1)
     warm_start: bool = False
     projection: Literal["ball", "none"] = "ball"
+    fidelity: Fidelity = "paper"
 
 
 class OnsGLMParams(FedGLBParams):
-    """``ons_glm``: FedGLB-UCB's constants; the clients never sync (``threshold`` is ignored)."""
+    """``ons_glm``: FedGLB-UCB's constants; the clients never sync (``threshold`` is ignored).
+    ``fidelity = "authors_code"``: the code's ``N_ONS_GLM`` (A_inv from I / lambda, B from
+    2 c_mu lambda S^2, its own alpha_t: ``alone_beta``)."""
 
 
 def model_link(params: FedGLBParams, spec: ProblemSpec) -> str:
@@ -155,6 +188,15 @@ def local_beta(
     R, c = reward_bound, c_mu
     inner = 4 + 8 * bound_b2 / c + 64 * R**4 / (c**4 * 4 * delta**2)
     return 1 + 4 * bound_b2 / c + 8 * R**2 / c**2 * np.log(num_clients / delta * np.sqrt(inner))
+
+
+def alone_beta(bound_b: np.ndarray, c_mu: float, reward_bound: float, delta: float) -> np.ndarray:
+    """The code's ``N_ONS_GLM`` (``LocalClient.alpha_t`` less lambda S^2 and theta_ridge^T b
+    - sum z^2): 1 + 4 B / c_mu + 8 R^2 / c_mu^2 ln(2 / delta sqrt(1 + 2 B / c_mu
+    + 4 R^4 / (c_mu^4 delta^2)))."""
+    R, c = reward_bound, c_mu
+    inner = 1 + 2 / c * bound_b + 4 * R**4 / (c**4 * delta**2)
+    return 1 + 4 / c * bound_b + 8 * R**2 / c**2 * np.log(2 / delta * np.sqrt(inner))
 
 
 def global_confidence(
@@ -276,16 +318,28 @@ class FedGLBClient(ClientLogic):
                 if params.threshold is not None
                 else sync_threshold(rounds, spec.num_clients, d)
             )
+        authors_code = params.fidelity == "authors_code"
+        #: authors_code with syncs: the joining rule (a ``joined`` flag at a client's first pull)
+        self.joining = authors_code and sync
+        #: authors_code alone (``ons_glm``): the constants of the code's ``N_ONS_GLM``
+        self.alone_code = authors_code and not sync
+        lam, S = params.regularization, params.theta_bound
         self.gram = np.zeros((n, d, d))
         self.buffer_gram = np.zeros((n, d, d))
         self.buffer_count = np.zeros(n, dtype=np.int64)
-        self.inverse = np.broadcast_to(np.eye(d) / self.shift, (n, d, d)).copy()
+        first_inverse = np.eye(d) / (lam if self.alone_code else self.shift)
+        self.inverse = np.broadcast_to(first_inverse, (n, d, d)).copy()
         self.theta_ons = np.zeros((n, d))
         self.theta_ridge = np.zeros((n, d))
         self.target = np.zeros((n, d))
         self.sum_z2 = np.zeros(n)
-        self.bound_b2 = np.full(n, 0.5 * self.c_mu * params.regularization * params.theta_bound**2)
+        first_b2 = (2.0 if self.alone_code else 0.5) * self.c_mu * lam * S**2
+        self.bound_b2 = np.full(n, first_b2)
         self.beta_local = np.zeros(n)
+        if self.alone_code:  # N_ONS_GLM computes its alpha_t at creation
+            self.beta_local = alone_beta(
+                self.bound_b2, self.c_mu, params.reward_bound, params.delta
+            )
         self.beta_global = np.zeros(n)
         self.data_x = np.zeros((n, 0, d))
         self.data_y = np.zeros((n, 0))
@@ -304,12 +358,15 @@ class FedGLBClient(ClientLogic):
 
     def width(self) -> np.ndarray:
         """alpha_t per client: the fixed ``width``, or s sqrt(lambda S^2 / c_mu + beta_local
-        + beta_global - sum_z2 + theta_ridge^T b), the root's argument clipped at 0."""
+        + beta_global - sum_z2 + theta_ridge^T b), the root's argument clipped at 0
+        (``N_ONS_GLM``, ``ons_glm`` with ``authors_code``: lambda S^2 in place of
+        lambda S^2 / c_mu, beta_local from ``alone_beta``, beta_global 0)."""
         if self.params.width is not None:
             return np.full(self.env.num_clients, self.params.width)
         p = self.params
+        prior = p.regularization * p.theta_bound**2
         inner = (
-            p.regularization / self.c_mu * p.theta_bound**2
+            (prior if self.alone_code else prior / self.c_mu)
             + self.beta_local
             + self.beta_global
             - self.sum_z2
@@ -349,13 +406,14 @@ class FedGLBClient(ClientLogic):
             trigger[rows] = growth * self.buffer_count[rows] >= self.threshold
         local = ~trigger[rows]
         self._ons_step(rows[local], x[local], y[local])
+        fields, sparse = {"trigger": trigger}, {"trigger": "trigger"}
+        if self.joining:
+            # The code's server creates a client at its first ``decide``: from then on it is
+            # collected from, asked for gradients and synced. One flag, once a client.
+            fields["joined"] = active & (self.env.pulls == 1)
+            sparse["joined"] = "joined"
         return Message(
-            "trigger",
-            message.round,
-            message.client_ids,
-            {"trigger": trigger},
-            sparse={"trigger": "trigger"},
-            meta=self._meta(),
+            "trigger", message.round, message.client_ids, fields, sparse=sparse, meta=self._meta()
         )
 
     def _store(self, rows: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
@@ -395,6 +453,9 @@ class FedGLBClient(ClientLogic):
         self.theta_ons[rows] = candidate
         self.theta_ridge[rows] = np.einsum("nde,ne->nd", inverse, self.target[rows])
         self.bound_b2[rows] += 0.5 / c * grad * grad * (x * direction).sum(axis=1)
+        if self.alone_code:
+            self.beta_local[rows] = alone_beta(self.bound_b2[rows], c, p.reward_bound, p.delta)
+            return
         self.beta_local[rows] = local_beta(
             self.bound_b2[rows], c, p.reward_bound, self.spec.num_clients, p.delta
         )
@@ -402,26 +463,48 @@ class FedGLBClient(ClientLogic):
     # --- the global update --------------------------------------------------------------------
 
     def _collect(self, message: Message) -> Message:
-        """Every client uploads dA and n_buf since its last sync, and empties its buffer."""
-        fields = {"gram_delta": self.buffer_gram.copy(), "count_delta": self.buffer_count.copy()}
-        self.buffer_gram[:] = 0.0
-        self.buffer_count[:] = 0
-        return Message("upload", message.round, message.client_ids, fields, meta=self._meta())
+        """The requested clients upload dA and n_buf since their last sync and empty their
+        buffers. Every per-client field has a unit axis and is sent only where ``member`` (the
+        request) is set (in paper mode every client)."""
+        member = np.asarray(message.fields["request"], dtype=bool)[:, None]
+        fields = {
+            "gram_delta": np.where(member[..., None, None], self.buffer_gram[:, None], 0.0),
+            "count_delta": np.where(member, self.buffer_count[:, None], 0),
+            "member": member,
+        }
+        self.buffer_gram[member[:, 0]] = 0.0
+        self.buffer_count[member[:, 0]] = 0
+        return self._reply("upload", message, fields)
+
+    def _reply(self, kind: str, message: Message, fields: dict[str, np.ndarray]) -> Message:
+        """A reply whose fields travel only for the clients in its (known) ``member`` mask."""
+        sparse = {name: "member" for name in fields if name != "member"}
+        return Message(
+            kind,
+            message.round,
+            message.client_ids,
+            fields,
+            sparse=sparse,
+            known=frozenset({"member"}),
+            meta=self._meta(),
+        )
 
     def _evaluate(self, message: Message) -> Message:
         """``gradient``: sum_i (mu(x_i^T x) - y_i) x_i over each client's data; ``finish``:
-        sum_i (x_i^T x)^2; both summed in sample order (``client_sums``)."""
-        point = message.fields["point"]
+        sum_i (x_i^T x)^2; both summed in sample order (``client_sums``), for the clients in
+        the message's ``member`` mask."""
+        point = message.fields["point"][:, 0]
+        member = np.asarray(message.fields["member"], dtype=bool)
         used = int(self.data_count.max(initial=0))
         data_x, data_y = self.data_x[:, :used], self.data_y[:, :used]
         z = (data_x * point[:, None, :]).sum(axis=2)
         if message.kind == "finish":
-            fields = {"sumsq": client_sums(z * z, self.data_count)}
-            return Message("sumsq", message.round, message.client_ids, fields, meta=self._meta())
+            sumsq = np.where(member[:, 0], client_sums(z * z, self.data_count), 0.0)
+            return self._reply("sumsq", message, {"sumsq": sumsq[:, None], "member": member})
         residual = link_mean(self.link, z) - data_y
         gradient = client_sums(data_x * residual[:, :, None], self.data_count)
-        fields = {"gradient": gradient}
-        return Message("gradient", message.round, message.client_ids, fields, meta=self._meta())
+        gradient = np.where(member, gradient, 0.0)[:, None]
+        return self._reply("gradient", message, {"gradient": gradient, "member": member})
 
     def _meta(self) -> dict[str, np.ndarray]:
         """The pulls so far (a measurement: where the exchange stands on the regret curve)."""
@@ -430,12 +513,12 @@ class FedGLBClient(ClientLogic):
     def _download(self, message: Message) -> None:
         """A = A_g - lambda/c_mu I, b = A x, A_inv = A_g^-1, theta_ridge = A_inv b,
         theta_ONS = x, and the global confidence parts (``updateParameters``)."""
-        rows = np.flatnonzero(message.fields["receive"])
+        rows = np.flatnonzero(message.fields["receive"][:, 0])
         if len(rows) == 0:
             return
-        gram_g = message.fields["gram"][rows]
-        point = message.fields["center"][rows]
-        bound_b2, beta_global, sum_z2 = message.fields["confidence"][rows].T
+        gram_g = message.fields["gram"][rows, 0]
+        point = message.fields["center"][rows, 0]
+        bound_b2, beta_global, sum_z2 = message.fields["confidence"][rows, 0].T
         own = gram_g - self.shift * np.eye(self.spec.dim)
         self.gram[rows] = own
         self.target[rows] = np.einsum("nde,ne->nd", own, point)
@@ -468,6 +551,9 @@ class FedGLBServer(ServerLogic):
         self.count = 0
         self.point = np.zeros(d)  # the last global x
         self.clients = spec.client_ids.copy()
+        self.authors_code = params.fidelity == "authors_code"
+        #: authors_code: the clients that have pulled (their ``joined`` flags), by client id
+        self.registered = np.zeros(spec.num_clients, dtype=bool)
         self.rounds_done = 0
         self.exchange = 0
         self.stage = "rounds"  # or "collect", "gradient", "finish"
@@ -488,48 +574,66 @@ class FedGLBServer(ServerLogic):
         ids = self.clients
         n = len(ids)
         self.exchange += 1
+        # The clients in the federation: every client (paper), or those that have pulled
+        # (authors_code: the code's ``self.clients``, filled by ``decide``).
+        member = (self.registered[ids] if self.authors_code else np.ones(n, dtype=bool))[:, None]
         if self.stage == "collect":
-            return Message("collect", self.exchange - 1, ids, {"request": np.ones(n, dtype=bool)})
+            fields = {"request": member[:, 0].copy()}
+            return Message("collect", self.exchange - 1, ids, fields, sparse={"request": "request"})
         if self.stage in ("gradient", "finish"):
-            fields = {"point": broadcast(self.iterate, n)}
-            return Message(self.stage, self.exchange - 1, ids, fields)
+            fields = {"point": broadcast(self.iterate[None], n), "member": member}
+            return Message(
+                self.stage,
+                self.exchange - 1,
+                ids,
+                fields,
+                sparse={"point": "member"},
+                known=frozenset({"member"}),
+            )
         if self.rounds_done >= self.spec.horizon:
             return None
         self.rounds_done += 1
         if self.download is None:
             return Message("round", self.exchange - 1, ids, {})
         fields = {
-            "gram": broadcast(self.gram, n),
-            "center": broadcast(self.point, n),
-            "confidence": broadcast(self.download, n),
-            "receive": np.ones(n, dtype=bool),
+            "gram": broadcast(self.gram[None], n),
+            "center": broadcast(self.point[None], n),
+            "confidence": broadcast(self.download[None], n),
+            "receive": member,
         }
         self.download = None
-        return Message("round", self.exchange - 1, ids, fields, known=frozenset({"receive"}))
+        sparse = {"gram": "receive", "center": "receive", "confidence": "receive"}
+        return Message(
+            "round", self.exchange - 1, ids, fields, sparse=sparse, known=frozenset({"receive"})
+        )
 
     def bookkeeping_fields(self) -> frozenset[str]:
-        """The clients' trigger flags and the server's collect request (no statistics)."""
-        return frozenset({"trigger", "request"})
+        """The clients' trigger flags, the server's collect request and (authors_code) the
+        clients' joined flags: no statistics."""
+        return frozenset({"trigger", "request", "joined"})
 
     def aggregate(self, reply: Message) -> None:
         if reply.round != self.exchange - 1:
             raise RuntimeError(f"reply for exchange {reply.round}, expected {self.exchange - 1}")
         if reply.kind == "trigger":
+            if "joined" in reply.fields:
+                joined = np.asarray(reply.fields["joined"], dtype=bool)
+                self.registered[reply.client_ids[joined]] = True
             if reply.fields["trigger"].any():
                 self.stage = "collect"
         elif reply.kind == "upload":
             self._start(reply)
         elif reply.kind == "gradient":
-            self._descend(reply.fields["gradient"].sum(axis=0))
+            self._descend(reply.fields["gradient"].sum(axis=0)[0])
         elif reply.kind == "sumsq":
-            self._finish(float(reply.fields["sumsq"].sum(axis=0)))
+            self._finish(float(reply.fields["sumsq"].sum(axis=0)[0]))
         else:
             raise RuntimeError(f"unexpected reply kind {reply.kind!r}")
 
     def _start(self, reply: Message) -> None:
         """Fold the uploads into A_g and n; the AGD starts at 0 (or the last x)."""
-        self.gram = self.gram + reply.fields["gram_delta"].sum(axis=0)
-        self.count += int(reply.fields["count_delta"].sum(axis=0))
+        self.gram = self.gram + reply.fields["gram_delta"].sum(axis=0)[0]
+        self.count += int(reply.fields["count_delta"].sum(axis=0)[0])
         start = self.point if self.params.warm_start else np.zeros(self.spec.dim)
         self.iterate, self.previous = start.copy(), start.copy()
         self.momentum = (0.0, 1.0, 1.0)

@@ -30,7 +30,9 @@ NeurIPS 2022): the mean of arm k is mu(x_{t,k}^T theta_k) with a ``logistic`` (1
 ``probit`` (Phi(z)) link, every parameter scaled to norm ``theta_norm``, and the reward is
 Bernoulli(mu). The regret is measured on mu, the true link. A reward is drawn from the client's
 normal noise stream as 1{z < Phi^-1(mu)} (z ~ N(0, 1), so the chance is exactly mu), so a GLM
-instance uses the same streams and chunk layout as a linear one.
+instance uses the same streams and chunk layout as a linear one. Its ``points`` pool can be the
+FedGLB-UCB authors' arms: ``bias_coordinate`` (a unit vector in d - 1 coordinates and a constant 1,
+norm sqrt 2) and ``basis_points`` (the first d arms the basis vectors with that bias coordinate).
 
 Diversity (our reading of Wu et al. 2020, as in that line of work): for every arm k,
 lambda_0 = min_k lambda_min(E[x x^T 1{k optimal at x}]) > 0 in the disjoint setting; for a shared
@@ -115,6 +117,29 @@ class GLMContextualParams(ContextualParams):
     kind: Literal["glm_contextual"] = "glm_contextual"  # type: ignore[assignment]
     link: Literal["logistic", "probit"] = Field("logistic", description="mu(z)")
     theta_norm: float = Field(1.0, gt=0, description="||theta_k|| (the common part's norm)")
+    bias_coordinate: bool = Field(
+        False,
+        description="with contexts = 'points': each point is a unit vector in the first d - 1 "
+        "coordinates and a constant 1 in the last (norm sqrt 2)",
+    )
+    basis_points: bool = Field(
+        False,
+        description="with contexts = 'points': the first d points are the rows of the identity, "
+        "with bias_coordinate each with its last coordinate set to 1 (e_i + e_d, and e_d)",
+    )
+
+    @model_validator(mode="after")
+    def _check_points(self) -> GLMContextualParams:
+        for name in ("bias_coordinate", "basis_points"):
+            if getattr(self, name) and self.contexts != "points":
+                raise ValueError(
+                    f"{name} shapes a fixed pool of arms: it needs contexts = 'points'"
+                )
+        if self.bias_coordinate and self.dim < 2:
+            raise ValueError("bias_coordinate needs dim >= 2 (d - 1 free coordinates and the bias)")
+        if self.basis_points and self.num_points < self.dim:
+            raise ValueError("basis_points puts the d basis vectors in the pool: num_points >= dim")
+        return self
 
 
 @dataclass(frozen=True)
@@ -368,22 +393,55 @@ def glm_contextual_instance(params: GLMContextualParams) -> ContextualInstance:
     """The contextual instance of the same seed and law with every parameter (common and each
     client's own) scaled to ``theta_norm`` times its norm there, and the link applied to the
     means: parameters drawn as for ``contextual``, so theta_k is uniform on the sphere of radius
-    ``theta_norm``."""
+    ``theta_norm``.
+
+    The arms of FedGLB-UCB's authors (``cyrilli/FedGLB-UCB``, ``RunSyntheticDataset.py``: a pool
+    of 1000 arms, ``randn(n, d - 1)`` normalised with a bias coordinate 1 appended, the first d
+    rows overwritten by ``eye(d)`` with its last column set to 1; K drawn with replacement per
+    step) are ``contexts = "points"``, ``num_points = 1000``, ``bias_coordinate`` and
+    ``basis_points``: then d - 1 of the pool's arms are e_i + e_d (norm sqrt 2), one is e_d
+    (norm 1, the bias alone) and the rest are (u, 1) with u uniform on the unit sphere of
+    R^(d-1) (norm sqrt 2). u is the first d - 1 coordinates of the linear instance's point,
+    renormalised (the same law as the authors' draw; the parameters are those of the linear
+    instance of the same seed)."""
     base = contextual_instance(params)
+    points = base.points
+    if points is not None and (params.bias_coordinate or params.basis_points):
+        points = authors_arm_pool(points, params.bias_coordinate, params.basis_points)
     scale = params.theta_norm
     own = None if base.client_thetas is None else base.client_thetas * scale
     info = dict(base.info)
     if own is not None:
         info["dissimilarity"] = dissimilarity(own)
+    suffix = "_bias" if params.bias_coordinate else ""
     return ContextualInstance(
         params,
         base.thetas * scale,
-        base.points,
+        points,
         base.basis,
-        name=f"glm_{params.link}_{params.contexts}",
+        name=f"glm_{params.link}_{params.contexts}{suffix}",
         info=info,
         client_thetas=own,
     )
+
+
+def authors_arm_pool(points: np.ndarray, bias_coordinate: bool, basis_points: bool) -> np.ndarray:
+    """Unit ``points`` (n, d) as a pool with a bias coordinate and/or the basis in front (see
+    ``glm_contextual_instance``): with ``bias_coordinate`` each row becomes (u / ||u||, 1), u its
+    first d - 1 coordinates; with ``basis_points`` the first d rows become eye(d), with
+    ``bias_coordinate`` its last column set to 1 (the script's ``basis[:, -1] = 1``)."""
+    pool = np.array(points, dtype=np.float64)
+    d = pool.shape[1]
+    if bias_coordinate:
+        free = pool[:, : d - 1]
+        pool[:, : d - 1] = free / np.linalg.norm(free, axis=1, keepdims=True)
+        pool[:, d - 1] = 1.0
+    if basis_points:
+        basis = np.eye(d)
+        if bias_coordinate:
+            basis[:, -1] = 1.0
+        pool[:d] = basis
+    return pool
 
 
 #: Declared in ``setup.cfg`` under ``fedbandit.instances``.
