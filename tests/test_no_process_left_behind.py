@@ -32,7 +32,7 @@ OUTLIVE_SECONDS = 7.0
 EXPERIMENT = [
     "contextual_tiny", "--seeds", "1", "--quiet", "--algorithms", "dislinucb",
     "--set", "instance.num_clients=8", "--set", "horizon=400",
-    "--on-client-failure", "drop", "--round-timeout", "10",
+    "--on-client-failure", "drop", "--round-timeout", "10", "--steps-per-round", "1",
 ]  # fmt: skip
 
 

@@ -192,6 +192,7 @@ class NodesGrid:
         silent_from: dict[int, int] | None = None,
         failing_from: dict[int, int] | None = None,
         tamper: dict | None = None,
+        silent_at_stage: dict[int, tuple[str, int]] | None = None,
     ):
         self.app = build_client_app([job])
         self.contexts = {
@@ -207,6 +208,9 @@ class NodesGrid:
         self.silent_from = silent_from or {}
         self.failing_from = failing_from or {}
         self.tamper = tamper or {}
+        #: node -> (SecAgg+ stage, n): silent from the n-th message of that stage it gets on
+        self.silent_at_stage = silent_at_stage or {}
+        self.stages_seen: dict[int, int] = {}
         self.silenced: set[int] = set()
         self.inbox: dict[str, Message] = {}
         self.replies: list[tuple[int, Message, Message]] = []
@@ -232,6 +236,10 @@ class NodesGrid:
             round_ = _round(message)
             if node in self.silent_from and round_ is not None and round_ >= self.silent_from[node]:
                 self.silenced.add(node)
+            if node in self.silent_at_stage and _stage(message) == self.silent_at_stage[node][0]:
+                self.stages_seen[node] = self.stages_seen.get(node, 0) + 1
+                if self.stages_seen[node] >= self.silent_at_stage[node][1]:
+                    self.silenced.add(node)
             if node in self.silenced:
                 continue
             failing = node in self.failing_from and (round_ or -1) >= self.failing_from[node]
@@ -375,6 +383,28 @@ def test_a_node_lost_in_the_masked_stage_leaves_the_survivors_sum(fault):
     fail = {f"{fault}_from": {103: at}}
     secure, seen, _, runtime = secure_run("contextual_tiny", "dislinucb", policy="drop", **fail)
     plain, _, _, _ = secure_run("contextual_tiny", "dislinucb", secure=False, policy="drop", **fail)
+    assert secure.status == plain.status == "complete"
+    assert secure.dropped == plain.dropped == {4: at}
+    np.testing.assert_array_equal(secure.regret.increment_diff, plain.regret.increment_diff)
+    assert runtime.secure_report["lost_nodes"] == 1
+    survivors = next(r for r in seen if r.round == at)
+    assert survivors.summed and survivors.client_ids.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("stage", ["setup", "share_keys"])
+def test_a_node_lost_before_the_masked_stage_restarts_the_exchange_with_the_survivors(stage):
+    """Issue 39, item 1: node 103 goes silent in SecAgg+'s key set-up (or key sharing) of the
+    second secure sync's sum (its 4th message of that stage: each sync is a count and a sum).
+    Nothing has been revealed yet, so the exchange starts again with the three others: the run
+    goes on exactly as a plaintext run losing that node in that round (Flower's mod alone would
+    fail every node at the unmasking)."""
+    at = secure_rounds()[1]
+    secure, seen, _, runtime = secure_run(
+        "contextual_tiny", "dislinucb", policy="drop", silent_at_stage={103: (stage, 4)}
+    )
+    plain, _, _, _ = secure_run(
+        "contextual_tiny", "dislinucb", secure=False, policy="drop", silent_from={103: at}
+    )
     assert secure.status == plain.status == "complete"
     assert secure.dropped == plain.dropped == {4: at}
     np.testing.assert_array_equal(secure.regret.increment_diff, plain.regret.increment_diff)

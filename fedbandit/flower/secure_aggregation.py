@@ -380,6 +380,13 @@ class _TrackingGrid:
         #: reason not to unmask (the stage is then not sent and SecAgg+ halts), or None.
         self.before_unmask: Callable[[set[int]], str | None] | None = None
         self.refused: str | None = None
+        #: The nodes given the exchange; ``restart``: those still there when the masked-vector
+        #: stage would begin without all of them (the others were lost in the key set-up or key
+        #: sharing, before anything was revealed). That stage is then not sent (SecAgg+ halts),
+        #: and the exchange starts again with the survivors: Flower 1.42's mod cannot unmask
+        #: after such a loss (the survivors hold no shares for the lost node: KeyError).
+        self.nodes: set[int] = set()
+        self.restart: set[int] | None = None
 
     def __getattr__(self, name: str):
         return getattr(self._grid, name)
@@ -388,8 +395,13 @@ class _TrackingGrid:
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> list[Message]:
         messages = list(messages)
-        if self.before_unmask is not None and messages and _stage(messages[0]) == "unmask":
-            self.refused = self.before_unmask({m.metadata.dst_node_id for m in messages})
+        stage = _stage(messages[0]) if messages else None
+        asked = {m.metadata.dst_node_id for m in messages}
+        if stage == "collect_masked_vectors" and asked < self.nodes:
+            self.restart = asked
+            return []
+        if self.before_unmask is not None and stage == "unmask":
+            self.refused = self.before_unmask(asked)
             if self.refused is not None:
                 return []
         ids = list(self._grid.push_messages(messages))
@@ -450,6 +462,33 @@ def _workflow(
     )
     workflow(tracking, context)  # type: ignore[arg-type]
     return strategy.results
+
+
+def _run(
+    grid: Grid,
+    requests: dict[int, FitIns],
+    settings: tuple[int, float, float, int, threading.Event | None],
+    before_unmask: Callable[[set[int]], str | None] | None = None,
+) -> tuple[list[tuple[_Node, FitRes]] | None, _TrackingGrid, dict[int, FitIns], dict[int, str]]:
+    """SecAgg+ over ``requests`` (``settings``: group index, timeout, poll seconds, threshold,
+    stop), started again with the survivors whenever nodes are lost before the masked-vector
+    stage (``_TrackingGrid.restart``). Returns the workflow's results (None: halted), the last
+    run's tracking, the requests it ran with and the nodes lost in the runs started again."""
+    group_index, timeout, poll_seconds, threshold, stop = settings
+    early: dict[int, str] = {}
+    while True:
+        tracking = _TrackingGrid(grid, poll_seconds, stop)
+        tracking.nodes, tracking.before_unmask = set(requests), before_unmask
+        results = _workflow(tracking, requests, group_index, timeout, threshold)
+        if tracking.restart is None:
+            return results, tracking, requests, early
+        gone = _lost(tracking, requests, timeout, tracking.restart)
+        early.update(
+            {node: f"{why} (before the masked-vector stage)" for node, why in gone.items()}
+        )
+        requests = {node: fitins for node, fitins in requests.items() if node in tracking.restart}
+        if len(requests) < max(threshold, MIN_NODES):
+            return None, tracking, requests, early
 
 
 def _lost(
@@ -534,15 +573,16 @@ def secure_exchange(
     contributors: dict[str, list[tuple[int, int]]] | None = None
     held: set[int] = set()
     lost: dict[int, str] = {}
+    settings = (group_index, timeout, poll_seconds, threshold, stop)
     if k > 1:
-        tracking = _TrackingGrid(grid, poll_seconds, stop)
         count_requests = {node: with_phase(fitins, "count") for node, fitins in requests.items()}
-        results = _workflow(tracking, count_requests, group_index, timeout, threshold)
+        results, tracking, count_requests, early = _run(grid, count_requests, settings)
         session.counts += 1
         if results is None:
-            return SecureOutcome({}, {}, {}, _lost(tracking, requests, timeout), halted=True)
+            gone = {**early, **_lost(tracking, count_requests, timeout)}
+            return SecureOutcome({}, {}, {}, gone, halted=True)
         alive = {proxy.node_id for proxy, _ in results}
-        lost = _lost(tracking, requests, timeout, alive)
+        lost = {**early, **_lost(tracking, count_requests, timeout, alive)}
         contributors, holds = _counts(results)
         held = {
             block
@@ -564,7 +604,7 @@ def secure_exchange(
         }
         if len(requests) < max(threshold, MIN_NODES):
             return SecureOutcome({}, {}, {}, lost, halted=True)
-    tracking = _TrackingGrid(grid, poll_seconds, stop)
+    before_unmask = None
     if contributors is not None:
         counted = set(requests)
 
@@ -583,8 +623,8 @@ def secure_exchange(
                 )
             return None
 
-        tracking.before_unmask = before_unmask
-    results = _workflow(tracking, requests, group_index, timeout, threshold)
+    results, tracking, requests, early = _run(grid, requests, settings, before_unmask)
+    lost.update(early)
     if results is None:
         gone = _lost(tracking, requests, timeout)
         if tracking.refused is not None:
