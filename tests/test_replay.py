@@ -413,13 +413,16 @@ def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
-def authors_fedglb_ucb(folder: Path, users: list[int], lam=0.2, threshold=2.0, alpha=0.3):
+def authors_fedglb_ucb(
+    folder: Path, users: list[int] | None, lam=0.2, threshold=2.0, alpha=0.3
+):  # fmt: skip
     """``lib/FedGLB_UCB.py`` with ``RunRealworldDataset.py``'s constants (lambda 0.2, c_mu =
     dsigmoid(1), S 1, a fixed alpha 0.3, init_x None: the AGD starts at the last global model,
-    max_iters 1000), in the script's loop. Two changes, our declared deviations: every client is
-    registered before the first event (the script's ``decide`` registers a client at its first
-    event), and the ONS step projects onto the ball ||theta|| <= S (``project_to_ball``), not the
-    code's simplex. With a fixed alpha the confidence parts never enter a decision: left out."""
+    max_iters 1000), in the script's loop; ``decide`` registers a client at its first event
+    (with ``users``, every one of them is registered before the first event instead: the paper
+    mode's federation). One change, our declared deviation: the ONS step projects onto the ball
+    ||theta|| <= S (``project_to_ball``), not the code's simplex. With a fixed alpha the
+    confidence parts never enter a decision: left out."""
     from fedbandit.algorithms.glm_ucb import project_to_ball
 
     S, max_iters = 1.0, 1000
@@ -433,7 +436,8 @@ def authors_fedglb_ucb(folder: Path, users: list[int], lam=0.2, threshold=2.0, a
         shift = lam / c_mu * np.identity(d)
         if A_g is None:
             A_g, theta_global = lam / c_mu * np.identity(d), np.zeros(d)
-            for uid in users:
+        for uid in users or [user]:
+            if uid not in clients:
                 clients[uid] = {
                     "A": np.zeros((d, d)), "b": np.zeros(d), "X": np.zeros((0, d)),
                     "y": np.zeros(0), "A_buf": np.zeros((d, d)), "n_buf": 0,
@@ -503,14 +507,15 @@ def authors_fedglb_ucb(folder: Path, users: list[int], lam=0.2, threshold=2.0, a
     return rewards, syncs, iterations, arms
 
 
-def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(tmp_path):
+@pytest.mark.parametrize("fidelity", ["paper", "authors_code"])
+def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(tmp_path, fidelity):
     folder = example(tmp_path, users=3, events=150, items=50, dim=3, pool_size=6, temperature=0.3)
     instance = build_replay(params(folder, shuffle_pools=False))
-    users = [int(u) for u in instance.users]
+    users = [int(u) for u in instance.users] if fidelity == "paper" else None
     rewards, syncs, iterations, arms = authors_fedglb_ucb(folder, users)
     hyper = {
         "regularization": 0.2, "delta": 0.01, "width": 0.3, "threshold": 2.0,
-        "warm_start": True, "max_iterations": 1000,
+        "warm_start": True, "max_iterations": 1000, "fidelity": fidelity,
     }  # fmt: skip
     server, groups = build_federation(instance, "fedglb_ucb", 150, [0, 0], hyper)
     steps = record_steps(groups)
@@ -535,6 +540,11 @@ def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(tmp_path)
     assert np.diff(hits, prepend=0).astype(int).tolist() == rewards
     assert ours_syncs == syncs and ours_iterations == iterations
     assert len(syncs) >= 5 and max(iterations) > 5 and 10 < sum(rewards) < 150
+    if (
+        fidelity == "authors_code"
+    ):  # the joining rules differ on this log: the test tells them apart
+        everyone = authors_fedglb_ucb(folder, [int(u) for u in instance.users])
+        assert everyone[3] != arms
 
 
 # ----------------------------------------------------------------- results, runtimes, plots
