@@ -32,6 +32,7 @@ from fedbandit.config import (
     load_experiment,
     shipped_folder,
 )
+from fedbandit.datasets import movielens20m
 from fedbandit.errors import ConfigError, FedbanditError, RunStoppedError
 from fedbandit.federation.runtime import FAILURE_POLICIES
 from fedbandit.flower.certs import add_cli as add_keys_command
@@ -582,6 +583,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_experiments_option(listing)
     listing.set_defaults(func=_cmd_list)
+
+    prepare = sub.add_parser(
+        "prepare", help="turn a downloaded data set into the files its experiments read"
+    )
+    data_sets = prepare.add_subparsers(dest="dataset", required=True)
+    movielens = data_sets.add_parser(
+        "movielens20m",
+        parents=[movielens20m.parser(add_help=False)],
+        help="MovieLens-20M as Li & Wang's scripts make it (fed_contextual_movielens20m)",
+        description=movielens20m.DESCRIPTION,
+    )
+    movielens.set_defaults(func=movielens20m.run)
 
     run = sub.add_parser("run", help="run a named experiment or a TOML file")
     run.add_argument("experiment", help="experiment name (see `fedbandit list`) or path")

@@ -175,7 +175,11 @@ def preflight(
 ) -> None:
     """Build every algorithm's server on the instance before any seed runs, so that what an
     algorithm refuses (its problem checks, too short a horizon, secure aggregation when its
-    server sums nothing) is one clear error up front."""
+    server sums nothing, a horizon longer than a replayed log) is one clear error up front, before
+    the run folder exists."""
+    check_horizon = getattr(instance, "check_horizon", None)
+    if check_horizon is not None:
+        check_horizon(config.horizon)
     for algorithm in algorithms:
         server = build_server(
             instance, algorithm, config.horizon, config.hyperparameters(algorithm)

@@ -751,6 +751,7 @@ def test_too_long_a_horizon_is_refused_with_the_event_count(files, tmp_path, cap
     assert cli_main(["run", str(toml), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "600 events" in err
+    assert not (tmp_path / "o").exists()  # refused before the run folder is made
 
 
 def test_bad_parameters_and_sizes(files):
@@ -936,8 +937,8 @@ def test_preprocessing_writes_the_authors_features(tmp_path):
 def test_preprocessed_files_replay(tmp_path):
     raw = raw_miniature(tmp_path / "ml-20m")
     out = tmp_path / "processed"
-    assert movielens20m.main([str(raw), str(out), "--min-observations", "8", "--quiet",
-                              "--components", "5"]) == 0  # fmt: skip
+    command = ["prepare", "movielens20m", str(raw), str(out), "--min-observations", "8"]
+    assert cli_main([*command, "--quiet", "--components", "5"]) == 0
     instance = build_replay(ReplayParams(path=str(out)))
     assert instance.num_arms == 25 and instance.dim == 6
     facts = json.loads((out / "preprocessing.json").read_text())

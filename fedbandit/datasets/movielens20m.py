@@ -1,5 +1,5 @@
 """MovieLens-20M as logged events, the way Li & Wang's scripts make them (the user's own copy,
-never downloaded): ``python -m fedbandit.datasets.movielens20m RAW_FOLDER OUT_FOLDER``.
+never downloaded): ``fedbandit prepare movielens20m RAW_FOLDER OUT_FOLDER``.
 
 Two files come out, in the authors' formats, for the ``replay`` instance kind
 (``fedbandit/datasets/replay.py``):
@@ -373,12 +373,19 @@ def preprocess(
     return merged
 
 
-def parser() -> argparse.ArgumentParser:
+#: What ``fedbandit prepare movielens20m`` (or ``python -m fedbandit.datasets.movielens20m``) does.
+DESCRIPTION = (
+    "Turn your MovieLens-20M folder into the event file and item-feature file of Li & Wang's "
+    "real-data experiments (Async-LinUCB, FedGLB-UCB), as their scripts do, seeded."
+)
+
+
+def parser(add_help: bool = True) -> argparse.ArgumentParser:
+    """The command's arguments (``add_help=False``: as a parent of ``fedbandit prepare``)."""
     p = argparse.ArgumentParser(
-        prog="python -m fedbandit.datasets.movielens20m",
-        description="Turn your MovieLens-20M folder into the event file and item-feature file of "
-        "Li & Wang's real-data experiments (Async-LinUCB, FedGLB-UCB), as their scripts do, "
-        "seeded.",
+        prog="fedbandit prepare movielens20m",
+        description=DESCRIPTION,
+        add_help=add_help,
     )
     p.add_argument("raw", help="the unzipped ml-20m folder (ratings.csv, movies.csv, tags.csv)")
     p.add_argument("out", help="the folder to write the two files into (created if needed)")
@@ -406,7 +413,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command: 0 on success, 2 (one line on standard error) on a data or usage error."""
-    args = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command on parsed arguments (``parser``'s): 0, or 2 with one line on standard error."""
     log = None if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     try:
         facts = preprocess(
