@@ -922,9 +922,15 @@ def summary_table(summary: dict[str, Any]) -> str:
         header,
     ]
     private: list[str] = []
+    replay: list[str] = []
     for name, entry in summary.items():
         if not isinstance(entry, dict) or "final_regret_mean" not in entry:
             continue
+        if entry.get("final_reward_mean") is not None:
+            replay.append(
+                f"{name}: reward {entry['final_reward_mean']:.1f}, "
+                f"{entry['reward_ratio_mean']:.2f}x random"
+            )
         interval = entry["final_regret_ci95"]
         shown = "n/a (1 seed)" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
         clients = entry.get("uplink_scalars_per_client", float("nan"))
@@ -946,6 +952,12 @@ def summary_table(summary: dict[str, Any]) -> str:
         "rounds: exchanges that carried anything; stats: those that carried statistics (the "
         "others carried only bookkeeping flags: sync triggers, collect requests, joined flags)"
     )
+    if replay:
+        lines.append(
+            "replay of logged events: R(T)/M counts the misses per client (events whose pick was "
+            "not the logged choice); reward: logged choices matched, all clients, and its ratio to "
+            "uniform choice's expected reward: " + "; ".join(replay)
+        )
     if private:
         lines.append(
             "epsilon: privacy spent over the run, by dp_accounting's PLD accountant: "

@@ -958,3 +958,22 @@ def test_preprocessing_errors_are_one_line(tmp_path, capsys):
     write(raw / "ratings.csv", "userId,movieId,rating\n1,2,3\n")
     assert movielens20m.main([str(raw), str(tmp_path / "out"), "--only", "events"]) == 2
     assert "columns ['timestamp'] are missing" in capsys.readouterr().err
+
+
+def test_the_terminal_table_reports_a_replays_reward_and_its_ratio():
+    from fedbandit.runner import summary_table
+
+    entry = {
+        "final_regret_mean": 26.88,
+        "final_regret_ci95": None,
+        "seconds_per_seed": 0.3,
+        "rounds": 69,
+        "final_reward_mean": 85.0,
+        "reward_ratio_mean": 7.0833,
+    }
+    summary = {"experiment": "r", "horizon": 300, "seeds": [0], "status": "complete"}
+    table = summary_table({**summary, "dislinucb": entry})
+    assert "dislinucb: reward 85.0, 7.08x random" in table
+    assert "counts the misses" in table
+    plain = summary_table({**summary, "dislinucb": {**entry, "final_reward_mean": None}})
+    assert "random" not in plain and "misses" not in plain
