@@ -197,7 +197,8 @@ def test_the_server_receives_only_the_noisy_statistics():
 
 
 def test_without_noise_private_equals_the_batched_schedule_bit_for_bit():
-    params = {**PRIVATE, "noise": False, "regularization": 2.0}
+    """With the authors' in-batch rule (the batched schedule's)."""
+    params = {**PRIVATE, "noise": False, "regularization": 2.0, "decisions": "authors"}
     private = simulate(INSTANCE, "private_fedlinucb", 200, [1, 0], params)
     batched = simulate(
         INSTANCE, "batched_fedlinucb", 200, [1, 0], {"batch_size": 10, "regularization": 2.0}
@@ -221,11 +222,12 @@ def test_clipping_is_counted_in_the_report():
 # --- the authors' rule, transcribed --------------------------------------------------------------
 
 
-def authors_ldp_fedlinucb(instance, horizon, entropy, params, mutate=False):
+def authors_ldp_fedlinucb(instance, horizon, entropy, params, mutate=False, own_batch=True):
     """``LDPFedLinUCB`` of ``Alphasxd/DPLCB`` (``Agents.py``: ``FedLinUCB.get_arm``,
     ``SDPFedLinUCBAmp.update``) in plain loops on our environment, its noise drawn from each
     silo's PRIVACY_DOMAIN stream (Z ~ N(0, sigma^2)^{d x d}, then the vector's d draws), sigma
-    and lambda from our calibration. ``mutate``: sync the last node only (a wrong rule)."""
+    and lambda from our calibration. ``mutate``: sync the last node only (a wrong rule).
+    ``own_batch=False``: decide on the synced noisy sums alone (``decisions = "noisy_only"``)."""
     M, d = instance.num_clients, instance.dim
     B = params["batch_size"]
     K = horizon // B
@@ -251,8 +253,9 @@ def authors_ldp_fedlinucb(instance, horizon, entropy, params, mutate=False):
         )
         arm = np.zeros(M, dtype=int)
         for i in range(M):
-            Gram_inv_i = np.linalg.inv(Gram[i] + GramSync + Lambda * np.eye(d))
-            theta_hat_i = Gram_inv_i.dot(Bias[i] + BiasSync)
+            own = 1.0 if own_batch else 0.0
+            Gram_inv_i = np.linalg.inv(own * Gram[i] + GramSync + Lambda * np.eye(d))
+            theta_hat_i = Gram_inv_i.dot(own * Bias[i] + BiasSync)
             mu_i = X[i].dot(theta_hat_i) + cew * np.sqrt((X[i].dot(Gram_inv_i) * X[i]).sum(axis=1))
             arm[i] = np.argmax(mu_i)
         r = env.pull(arm)
@@ -282,13 +285,22 @@ def authors_ldp_fedlinucb(instance, horizon, entropy, params, mutate=False):
     return env.record()
 
 
-def test_private_fedlinucb_takes_the_authors_actions():
+@pytest.mark.parametrize("decisions", ["authors", "noisy_only"])
+def test_private_fedlinucb_takes_the_authors_actions(decisions):
+    """Both in-batch rules against the transcription: the authors' (own clean batch added) and
+    ``noisy_only`` (the synced noisy sums alone)."""
     horizon = 300
-    ours = simulate(INSTANCE, "private_fedlinucb", horizon, [2, 0], PRIVATE)
-    theirs = authors_ldp_fedlinucb(INSTANCE, horizon, [2, 0], PRIVATE)
+    params = {**PRIVATE, "decisions": decisions}
+    ours = simulate(INSTANCE, "private_fedlinucb", horizon, [2, 0], params)
+    own_batch = decisions == "authors"
+    theirs = authors_ldp_fedlinucb(INSTANCE, horizon, [2, 0], PRIVATE, own_batch=own_batch)
     np.testing.assert_array_equal(ours.regret.client_pulls, theirs.client_pulls)
     np.testing.assert_allclose(ours.regret.client_regret, theirs.client_regret, rtol=1e-12)
-    wrong = authors_ldp_fedlinucb(INSTANCE, horizon, [2, 0], PRIVATE, mutate=True)
+    wrong = authors_ldp_fedlinucb(INSTANCE, horizon, [2, 0], PRIVATE, own_batch=not own_batch)
+    assert not np.allclose(ours.regret.client_regret, wrong.client_regret)
+    wrong = authors_ldp_fedlinucb(
+        INSTANCE, horizon, [2, 0], PRIVATE, mutate=True, own_batch=own_batch
+    )
     assert not np.allclose(ours.regret.client_regret, wrong.client_regret)
 
 

@@ -1,7 +1,8 @@
 """Privacy claims that hold against the server a run really has (issue 37): the headline epsilon
-of the shuffle model without a secure sum, the clipping counts sent once as run totals, the list
-of what the server sees, and every privacy parameter either accepted with a finite accounting or
-refused in one line naming the key and the value. Each test failed on the code before it."""
+of the shuffle model without a secure sum, in-batch decisions that keep one reward inside its own
+round, the clipping counts sent once as run totals, the list of what the server sees, and every
+privacy parameter either accepted with a finite accounting or refused in one line naming the key
+and the value. Each test failed on the code before it."""
 
 from __future__ import annotations
 
@@ -97,6 +98,87 @@ def test_dropout_epsilon_by_hand():
     report = accounting.report(0, [16] * 4 + [8] * 4, 16)
     assert report["epsilon"] == report["epsilon_secure_sum"] == half
     assert report["silos_per_sum_min"] == 8
+
+
+# --- 3. adaptivity inside a batch ----------------------------------------------------------------
+
+
+def _negated(params, seed, flip):
+    """A private_fedlinucb run of 40 rounds (batches of 10) on ``CONTEXTUAL``: every silo's arm
+    per round (rounds x silos) and the uploads; with ``flip = (silo, round)``, that silo's reward
+    of that round negated (a neighbouring dataset: one user's reward replaced); and that round's
+    chosen context and reward as drawn."""
+    server, groups = build_federation(CONTEXTUAL, "private_fedlinucb", 40, [seed, 0], params)
+    arms, uploads, drawn = [], [], {}
+    for group in groups:
+        env, pull, observe = group.env, group.env.pull, group.env.observe
+
+        def observing(env=env, observe=observe):
+            contexts, active = observe()
+            drawn["contexts"] = contexts
+            return contexts, active
+
+        def pulling(chosen, env=env, pull=pull):
+            step, rewards = env.round, pull(chosen)
+            arms.append(np.array(chosen))
+            if flip is not None and step == flip[1]:
+                silo = flip[0]
+                drawn["x"], drawn["r"] = drawn["contexts"][silo, chosen[silo]], rewards[silo]
+                rewards = rewards.copy()
+                rewards[silo] = -rewards[silo]
+            return rewards
+
+        env.pull, env.observe = pulling, observing
+    aggregate = server.aggregate
+
+    def recording(reply):
+        if reply.kind == "upload":
+            uploads.append({name: value.copy() for name, value in reply.fields.items()})
+        aggregate(reply)
+
+    server.aggregate = recording
+    run_federation(server, InProcessRuntime(groups))
+    return np.array(arms), uploads, drawn
+
+
+def _node_move(before, after, silo, batch):
+    """||released node after - before|| of ``silo``'s node closing ``batch`` (0-based): the
+    Gram and vector parts together, as the sensitivity counts them."""
+    gram = after[batch]["gram_node"][silo] - before[batch]["gram_node"][silo]
+    target = after[batch]["target_node"][silo] - before[batch]["target_node"][silo]
+    return math.sqrt(float((gram**2).sum() + (target**2).sum())), gram, target
+
+
+def test_noisy_only_decisions_keep_one_reward_inside_its_own_round():
+    """decisions = "noisy_only" (the default): negating one reward in a round of batch 2 changes
+    no later arm of the batch, and the released node by exactly that round's own
+    (clip(-r) - clip(r)) x: the Gram part not at all, at most 2 R L (replace one user, twice
+    the add/remove sensitivity). The authors' rule fails both: a later arm moves (seed 0) and
+    the node moves by more than any one round can (seed 12, 2.41 > 2 R L = 2). The report says
+    which rule ran and what the guarantee assumes."""
+    params = {**LINUCB, "reward_bound": 1.0, "batch_size": 10, "noise": False}
+    for seed in (1, 2):
+        silo, step = seed, 10 + 3 * seed
+        before, uploads, _ = _negated(params, seed, None)
+        after, flipped, drawn = _negated(params, seed, (silo, step))
+        np.testing.assert_array_equal(after[step + 1 : 20, silo], before[step + 1 : 20, silo])
+        move, gram, target = _node_move(uploads, flipped, silo, 1)
+        r = float(np.clip(drawn["r"], -1.0, 1.0))
+        assert np.all(gram == 0.0) and 0.0 < move <= 2.0 + 1e-12
+        np.testing.assert_allclose(target[0], -2.0 * r * drawn["x"], atol=1e-12)
+    authors = {**params, "decisions": "authors"}
+    before, _, _ = _negated(authors, 0, None)
+    after, _, _ = _negated(authors, 0, (0, 10))
+    assert np.any(after[11:20, 0] != before[11:20, 0])
+    _, uploads, _ = _negated(authors, 12, None)
+    _, flipped, _ = _negated(authors, 12, (0, 15))
+    assert _node_move(uploads, flipped, 0, 1)[0] > 2.0 + 0.3
+    for decisions, phrase in (("noisy_only", "declared sensitivity holds"),
+                              ("authors", "assumes non-adaptive data within a batch")):  # fmt: skip
+        report = build_server(
+            CONTEXTUAL, "private_fedlinucb", 40, {**LINUCB, "decisions": decisions}
+        ).report()["privacy"]
+        assert report["decisions"] == decisions and phrase in report["within_batch"]
 
 
 # --- 4. clipping counts reach the server once, as run totals --------------------------------------
