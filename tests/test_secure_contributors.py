@@ -1,4 +1,4 @@
-"""Issue 39, item 2: no sum is unmasked over fewer than k contributing nodes (default 3).
+"""Issue 39, item 2: no sum is unmasked over fewer than k contributing clients (default 3).
 
 Whole runs through Flower's SecAgg+ workflow and mod with fedbandit's real ClientApp on in-memory
 nodes (``test_secure_aggregation.NodesGrid``: the real secure-sum path without Ray or processes).
@@ -64,21 +64,20 @@ def senders(seen) -> list[int]:
     return [int(np.asarray(r.fields["send"]).any(axis=1).sum()) for r in seen if r.kind == "upload"]
 
 
-def test_a_lone_sender_is_held_back_until_three_nodes_contribute(masked):
+def test_a_lone_sender_is_held_back_until_three_clients_contribute(masked):
     """DisLinUCB in the sequential order: in plaintext some syncs carry one client's statistics
     alone. Under secure aggregation (k = 3, 4 nodes) every block unmasked holds 3 or more
-    contributing nodes; the others' statistics wait for a later sync (held), the run completes,
-    and no clear flag names the senders (``send`` is all True in a secure reply)."""
+    contributing clients; the others' statistics wait for a later sync (held), the run
+    completes, and no clear flag names the senders (``send`` is all True in a secure reply)."""
     _, plain, _, _ = secure_run(*SEQUENTIAL, secure=False)
     # the leak: syncs whose sum holds fewer than 3 clients' statistics (2 here; 1 with 20 clients)
     assert min(senders(plain)) < MIN_CONTRIBUTORS
     outcome, seen, _, runtime = secure_run(*SEQUENTIAL)
     assert outcome.status == "complete"
     found = contributors(masked)
-    assert found and min(nodes for *_, nodes, _ in found) == MIN_CONTRIBUTORS
-    assert min(clients for *_, clients in found) >= MIN_CONTRIBUTORS
+    assert found and min(clients for *_, clients in found) == MIN_CONTRIBUTORS
     report = runtime.session.report()
-    assert report["held_blocks"] > 0 and report["fewest_contributing_nodes"] >= MIN_CONTRIBUTORS
+    assert report["held_blocks"] > 0 and report["fewest_contributing_clients"] >= MIN_CONTRIBUTORS
     uploads = [r for r in seen if r.kind == "upload"]
     assert uploads and all(r.summed and np.asarray(r.fields["send"]).all() for r in uploads)
 
@@ -88,8 +87,8 @@ def test_a_lone_sender_is_held_back_until_three_nodes_contribute(masked):
 def test_k_is_configurable(masked, k):
     outcome, _, _, runtime = secure_run(*SEQUENTIAL, min_contributors=k)
     assert outcome.status == "complete"
-    assert min(nodes for *_, nodes, _ in contributors(masked)) >= k
-    assert runtime.session.report()["fewest_contributing_nodes"] >= k
+    assert min(clients for *_, clients in contributors(masked)) >= k
+    assert runtime.session.report()["fewest_contributing_clients"] >= k
 
 
 SUPPORTED = [
@@ -107,7 +106,7 @@ SUPPORTED = [
 @pytest.mark.parametrize(("experiment", "algorithm", "overrides"), SUPPORTED)
 def test_every_supported_algorithm_unmasks_no_sum_below_k(masked, experiment, algorithm, overrides):
     """Whole runs of every supported algorithm under the default k = 3 on 4 nodes: every block
-    of every sum unmasked has 3 or more contributing nodes; an algorithm that cannot hold
+    of every sum unmasked has 3 or more contributing clients; an algorithm that cannot hold
     contributions back is refused before anything is unmasked (its seed stops)."""
     outcome, _, _, runtime = secure_run(experiment, algorithm, overrides=overrides)
     found = contributors(masked)
@@ -115,4 +114,4 @@ def test_every_supported_algorithm_unmasks_no_sum_below_k(masked, experiment, al
     print(algorithm, outcome.status, report, outcome.failure)
     assert outcome.status == "complete" or "refused" in outcome.failure, outcome.failure
     assert found
-    assert min(nodes for *_, nodes, _ in found) >= MIN_CONTRIBUTORS, outcome.failure
+    assert min(clients for *_, clients in found) >= MIN_CONTRIBUTORS, outcome.failure

@@ -16,15 +16,16 @@ the surviving nodes of each summed field and which nodes survived; every other f
 so masking hides a node's (a silo's) sum, not a client's within it. Flower draws the masks from
 ``np.random.RandomState`` seeded from the shared keys, not from a cryptographic generator.
 
-No sum is unmasked over fewer than ``min_contributors`` nodes (k, default ``MIN_CONTRIBUTORS``):
+No sum is unmasked over fewer than ``min_contributors`` clients (k, default ``MIN_CONTRIBUTORS``):
 with k > 1 each exchange is two SecAgg+ runs. First a *count*: every node answers the request
 without keeping its state and sends, masked, per block of each summed field (its index along the
 axis after the client axis: a parameter group), whether it contributes (any of its clients'
 values there is not zero) and how many of its clients do; the server unmasks only these counts.
-Then the *sum*, in which the blocks that 1 to k - 1 nodes would fill are held back: the clients
+Then the *sum*, in which the blocks that 1 to k - 1 clients would fill are held back: the clients
 keep them for a later exchange (``hold``; DisLinUCB's and H-LinUCB's syncs). An algorithm whose
 clients cannot hold blocks back stops the seed instead (``SecureRefusalError``), and a node lost in
-the sum's masked-vector stage that could leave a block below k stops it before the unmasking.
+the sum's masked-vector stage that could leave a block below k (fewer than k nodes left in it:
+each holds at least one contributing client) stops it before the unmasking.
 
 The workflow returns sum(w_i x_i) / sum(w_i): every node gives weight 1 (``num_examples`` = 1 =
 ``max_weight``), so the result is the sum over the n survivors divided by n, multiplied back here
@@ -89,7 +90,7 @@ CLIPPING_RANGE = float(QUANTIZATION_RANGE // 2)
 #: Fewest nodes that secure aggregation accepts, and fewest whose sum it ever unmasks: with two,
 #: each learns the other's value from the sum (and Flower's SecAgg+ halts below two).
 MIN_NODES = 3
-#: Fewest contributing nodes a summed block is unmasked over, by default: with 2, each of them
+#: Fewest contributing clients a summed block is unmasked over, by default: with 2, each of them
 #: learns the other's values from the sum (the download carries it), as a server colluding
 #: with one of them would.
 MIN_CONTRIBUTORS = 3
@@ -294,9 +295,9 @@ class SecureRefusalError(ValueError):
 
 @dataclass
 class SecureSession:
-    """A run's secure exchanges on one grid: the fewest contributing nodes a block is unmasked
+    """A run's secure exchanges on one grid: the fewest contributing clients a block is unmasked
     over (``min_contributors``, k) and what the counts found: the (nodes, clients) of every
-    non-empty block unmasked, blocks held back, exchanges refused."""
+    non-empty block unmasked, blocks held back."""
 
     min_contributors: int = MIN_CONTRIBUTORS
     unmasked: list[tuple[int, int]] = field(default_factory=list)
@@ -320,7 +321,7 @@ _SESSIONS: dict[int, SecureSession] = {}
 
 def open_session(grid: object, min_contributors: int = MIN_CONTRIBUTORS) -> SecureSession:
     """Start the secure session of a run on ``grid``: ``secure_exchange`` on that grid unmasks no
-    block over fewer than ``min_contributors`` nodes (1: no count, every sum unmasked)."""
+    block over fewer than ``min_contributors`` clients (1: no count, every sum unmasked)."""
     if min_contributors < 1:
         raise ValueError(f"min_contributors must be 1 or more, got {min_contributors}")
     session = _SESSIONS[id(grid)] = SecureSession(min_contributors)
@@ -558,7 +559,7 @@ def secure_exchange(
     from its round, so the round is set to it.
 
     With the grid's session (``open_session``) asking for k > 1 contributors, a count comes
-    first (see the module): blocks that 1 to k - 1 nodes fill are held back by the clients,
+    first (see the module): blocks that 1 to k - 1 clients fill are held back by the clients,
     or, when they cannot, the exchange is refused (``SecureRefusalError``, nothing unmasked); a
     node lost in the sum's masked-vector stage that could leave a block below k halts it before
     the unmasking."""
@@ -587,14 +588,14 @@ def secure_exchange(
         held = {
             block
             for blocks in contributors.values()
-            for block, (nodes, _) in enumerate(blocks)
-            if 0 < nodes < k
+            for block, (_, clients) in enumerate(blocks)
+            if 0 < clients < k
         }
         if held and not holds:
             raise SecureRefusalError(
                 f"blocks {sorted(held)} of the summed fields would be unmasked over fewer than "
-                f"{k} contributing nodes, and this algorithm's clients cannot hold them back: "
-                "refused (lower --secure-min-contributors, or run in the clear)"
+                f"{k} contributing clients, and this algorithm's clients cannot hold them back: "
+                "refused"
             )
         width = max((len(b) for b in contributors.values()), default=0)
         requests = {
@@ -619,7 +620,7 @@ def secure_exchange(
             if gone and short:
                 return (
                     f"{gone} node(s) lost in the masked-vector stage could leave a sum over fewer "
-                    f"than {k} contributing nodes: not unmasked"
+                    f"than {k} contributing clients: not unmasked"
                 )
             return None
 
