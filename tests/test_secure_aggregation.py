@@ -413,6 +413,25 @@ def test_a_node_lost_before_the_masked_stage_restarts_the_exchange_with_the_surv
     assert survivors.summed and survivors.client_ids.tolist() == [0, 1, 2, 3]
 
 
+@pytest.mark.slow
+def test_a_node_lost_at_the_unmasking_is_inside_the_sum_and_lost_next_round():
+    """The fourth stage: node 103 goes silent when asked for its key shares in the second
+    secure sync (its masked vector is already in the aggregate; the others' shares suffice, 3 of
+    4): the sum over all four is unmasked, and the node is lost at the next round, exactly as a
+    plaintext run losing it there."""
+    at = secure_rounds()[1]
+    secure, seen, _, _ = secure_run(
+        "contextual_tiny", "dislinucb", policy="drop", silent_at_stage={103: ("unmask", 4)}
+    )
+    plain, _, _, _ = secure_run(
+        "contextual_tiny", "dislinucb", secure=False, policy="drop", silent_from={103: at + 1}
+    )
+    assert secure.status == plain.status == "complete"
+    assert secure.dropped == plain.dropped == {4: at + 1}
+    np.testing.assert_array_equal(secure.regret.increment_diff, plain.regret.increment_diff)
+    assert next(r for r in seen if r.round == at).client_ids.tolist() == [0, 1, 2, 3, 4]
+
+
 def test_below_the_threshold_the_seed_stops_with_one_clear_reason():
     at = secure_rounds()[1]
     outcome, seen, _, runtime = secure_run(
