@@ -414,6 +414,17 @@ def test_a_node_lost_before_the_masked_stage_restarts_the_exchange_with_the_surv
 
 
 @pytest.mark.slow
+def test_under_abort_a_node_lost_in_the_key_set_up_stops_the_seed_keeping_the_others_regret():
+    at = secure_rounds()[1]
+    outcome, _, _, runtime = secure_run(
+        "contextual_tiny", "dislinucb", policy="abort", silent_at_stage={103: ("setup", 4)}
+    )
+    assert outcome.status == "aborted" and f"round {at}: lost clients 4 " in outcome.failure
+    assert "before the masked-vector stage" in outcome.failure
+    assert set(runtime.lost) == {103} and outcome.regret.client_ids.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
 def test_a_node_lost_at_the_unmasking_is_inside_the_sum_and_lost_next_round():
     """The fourth stage: node 103 goes silent when asked for its key shares in the second
     secure sync (its masked vector is already in the aggregate; the others' shares suffice, 3 of
