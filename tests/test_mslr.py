@@ -276,6 +276,18 @@ def test_a_folder_reads_its_files_in_order_as_one(tmp_path):
         build_mslr(params(folder))
 
 
+def test_reading_in_byte_ranges_is_one_read_of_the_whole_file(letor, monkeypatch):
+    """scikit-learn's reader is called on consecutive byte ranges (its cost with query ids is
+    quadratic in the lines of one call); every line is read once, in order."""
+    from sklearn.datasets import load_svmlight_file
+
+    whole = load_svmlight_file(str(letor), n_features=136, zero_based=False, query_id=True)
+    monkeypatch.setattr(mslr, "READ_CHUNK_BYTES", 3001)  # lines of ~600 bytes: many boundaries
+    X, y, qid = mslr.read_letor_file(letor)
+    assert abs(X - whole[0]).max() == 0 and X.nnz == whole[0].nnz  # explicit zeros kept
+    assert np.array_equal(y, whole[1]) and np.array_equal(qid, whole[2])
+
+
 def test_compressed_files_are_read(letor, tmp_path):
     packed = tmp_path / "tiny.txt.gz"
     packed.write_bytes(gzip.compress(letor.read_bytes()))
