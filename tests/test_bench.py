@@ -80,6 +80,7 @@ def test_privacy_benchmark_reports_the_measured_ratio():
     assert "best of" not in table
     assert "best of 3" in format_table("privacy", {**result, "repeats": 3})
     assert "private_fedlinucb" in table and "private_fedpe" in table
+    assert table.count("target <= 1.20") == 2  # both pairs, side by side in one run
 
 
 @pytest.mark.slow
