@@ -139,6 +139,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         steps_per_round=args.steps_per_round,
         secure_aggregation=args.secure_aggregation,
         secure_threshold=args.secure_threshold,
+        secure_min_contributors=args.secure_min_contributors,
         superlink=args.superlink,
         insecure=args.insecure,
         root_certificates=args.root_certificates,
@@ -662,9 +663,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--secure-threshold",
-        type=int,
         help="with --secure-aggregation: nodes that must survive a round to unmask its sum "
         "(at least 3; default: a majority, at least 3)",
+    )
+    run.add_argument(
+        "--secure-min-contributors",
+        metavar="K",
+        help="with --secure-aggregation: fewest clients a block of a sum may hold to be "
+        "unmasked (at least 2; default 3); DisLinUCB and H-LinUCB hold smaller ones for a later "
+        "sync, other algorithms stop the seed",
     )
     run.add_argument(
         "--detach",

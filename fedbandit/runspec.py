@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fedbandit import secure_sum
 from fedbandit.config import ExperimentConfig
 from fedbandit.errors import ConfigError, describe_validation
 from fedbandit.rng import run_entropy
@@ -64,6 +65,13 @@ class RuntimeOptions(BaseModel):
         description="SecAgg+ reconstruction threshold: nodes that must survive a secure round "
         "(default: a majority, at least 3)",
     )
+    secure_min_contributors: int | None = Field(
+        None,
+        ge=2,
+        description="fewest clients a block of a secure sum may hold to be unmasked; fewer wait "
+        "for a later exchange where the algorithm can hold them, else the seed stops (default "
+        "3: with 2, each contributor learns the other's values from the sum)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RuntimeOptions:
@@ -94,6 +102,11 @@ class RuntimeOptions(BaseModel):
                     f"secure aggregation needs 3 or more nodes (--nodes), got {self.nodes}: with "
                     "two, each node learns the other's values from the sum"
                 )
+            if self.runtime == "flower-sim" and (self.nodes or 0) > secure_sum.MAX_NODES:
+                raise ValueError(
+                    f"secure aggregation sums at most {secure_sum.MAX_NODES} nodes (SecAgg+'s "
+                    f"modulus 2^32), got nodes {self.nodes} (--nodes)"
+                )
             nodes = self.nodes or 4
             if self.runtime == "flower-sim" and (self.secure_threshold or 0) > nodes:
                 raise ValueError(
@@ -102,6 +115,10 @@ class RuntimeOptions(BaseModel):
                 )
         elif self.secure_threshold is not None:
             raise ValueError("secure_threshold (--secure-threshold) needs --secure-aggregation")
+        elif self.secure_min_contributors is not None:
+            raise ValueError(
+                "secure_min_contributors (--secure-min-contributors) needs --secure-aggregation"
+            )
         return self
 
     @property
@@ -118,6 +135,12 @@ class RuntimeOptions(BaseModel):
             "nodes": self.nodes,
             "on_client_failure": self.on_client_failure,
             "secure_aggregation": self.secure_aggregation,
+            # held-back blocks change results; recorded only when set (older folders lack it)
+            **(
+                {"secure_min_contributors": self.secure_min_contributors}
+                if self.secure_min_contributors is not None
+                else {}
+            ),
         }
 
     @staticmethod

@@ -242,3 +242,22 @@ def test_rough_time_estimate_orders_the_families_and_is_printed(capsys, tmp_path
     import re
 
     assert re.search(r"roughly \d+ min for 25 runs on \d+ worker", capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("options", "needles"),
+    [
+        (["--secure-threshold", "2.5"], ["secure_threshold", "valid integer", "'2.5'"]),
+        (["--secure-min-contributors", "1"], ["secure_min_contributors", "greater than", "'1'"]),
+        (["--nodes", "1024"], ["at most 1023 nodes", "got nodes 1024"]),
+    ],
+)
+def test_secure_aggregation_options_are_one_line_errors(capsys, tmp_path, options, needles):
+    """Issue 39: a threshold that is not an integer, too few contributors and more nodes than
+    SecAgg+'s modulus allows are refused before anything runs (no argparse usage text)."""
+    argv = ["run", "contextual_tiny", "--runtime", "flower-sim"]
+    code, _, err = run_cli(
+        capsys, *argv, "--secure-aggregation", *options, "--out", str(tmp_path / "o"), "--quiet"
+    )
+    assert_one_line_error(code, err, *needles)
+    assert "usage:" not in err and not (tmp_path / "o").exists()
