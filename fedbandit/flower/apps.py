@@ -366,8 +366,9 @@ def build_server_app(
     nodes, each with its own client groups (its messages carry its index as ``group_id``), and
     hands each outcome to ``on_seed`` (also kept in ``job.results``); ``on_seed`` returning
     False, or ``stop`` being set, ends the run before the next job. Without ``jobs`` (a
-    deployment) it reads its one job from the run config and writes the seed's result files to
-    the run config's ``result-dir``."""
+    deployment) it reads its one job from the run config and sends each seed's result files, with
+    the run's record, through the run's log (``_write_result``; a copy on the SuperLink host only
+    in the folder its operator configured, ``fedbandit superlink --results-dir``)."""
     app = ServerApp()
     known = _jobs(jobs)
 
