@@ -72,7 +72,13 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from fedbandit.algorithms.base import AlgorithmSpec, ProblemSpec, environment_of
-from fedbandit.algorithms.linucb import POLICY_STATE, RidgeParams, RidgePolicy, model_groups
+from fedbandit.algorithms.linucb import (
+    POLICY_STATE,
+    RadiusChoice,
+    RidgeParams,
+    RidgePolicy,
+    model_groups,
+)
 from fedbandit.contextual.environment import ContextualEnvironment, total_interactions
 from fedbandit.contextual.ridge import count_radius
 from fedbandit.federation.messages import Message, broadcast
@@ -107,12 +113,34 @@ class DisLinUCBParams(FidelityParams):
     value is about 2,580), ``theorem`` (T_total / M) log(T_total) / (d M) (the paper's Theorem 4),
     T_total the total number of interactions (M T in synchronous rounds, T in the sequential
     order). 0 syncs every round (the centralised learner); inf never syncs (local learners).
-    ``authors_code``: lambda = 0.1 (``SimulationHomogeneousClients.py``)."""
+    ``authors_code``: lambda = 0.1 (``SimulationHomogeneousClients.py``).
+
+    ``radius``: ``"self_normalized"`` (default): the OFUL radius sqrt(lambda) S + sigma
+    sqrt(2 log(1/delta) + log det V - d log lambda) on the client's view. ``"hlinucb_code"``: the
+    DisLinUCB baseline of the H-LinUCB authors (``anhddo/hlinUCB``, ``algo.py``:28-29
+    ``sqrt_beta``, called at :109 from ``dis_lin_ucb``, :87-127): sqrt(lambda) S + sigma
+    sqrt(2 log(1/delta) + d log(1 + t / (d lambda))), t = 1, 2, ... the round, which in their
+    loop (every client acts every round) is the client's own pulls including this one: one
+    client's count, although the view holds every client's synced samples. The code has
+    lambda = 1, S = 1, no sigma (N(0, 1) noise), delta = 1 / (M T): set ``delta``. Only the
+    radius: their sync rule (checked mid-round, the triggering sample kept out of the sync) is
+    not ours. Not with ``fidelity = "authors_code"`` (cyrilli's code, which has its own width)."""
 
     threshold: float | None = Field(None, ge=0)
     threshold_rule: Literal["simulation", "theorem"] = "simulation"
     delta: float = Field(0.1, gt=0, lt=1)
+    radius: RadiusChoice = "self_normalized"
     AUTHORS_DEFAULTS: ClassVar[dict[str, Any]] = {"regularization": 0.1}
+
+    @model_validator(mode="after")
+    def _one_code(self) -> DisLinUCBParams:
+        if self.radius == "hlinucb_code" and self.fidelity == "authors_code":
+            raise ValueError(
+                'radius = "hlinucb_code" (anhddo/hlinUCB) cannot be combined with '
+                'fidelity = "authors_code" (cyrilli/Async-LinUCB, its own width): '
+                'use fidelity = "paper" with it'
+            )
+        return self
 
 
 class AsyncParams(FidelityParams):
@@ -462,7 +490,10 @@ class DisLinUCBClient(FederatedRidgeClientBase):
     after its next pull; a sync reaches only the clients that have pulled (``decide`` registers
     a client; the others keep lambda I and their own data); the width is ``alpha_t`` =
     sigma sqrt(d log(1 + n / (d lambda)) + 2 log(1/delta)) + sqrt(lambda), n the samples in the
-    client's statistics; lambda = 0.1 unless given."""
+    client's statistics; lambda = 0.1 unless given.
+
+    ``radius = "hlinucb_code"``: the width is the H-LinUCB authors' count-based one, t being the
+    client's own pulls including the current one (``DisLinUCBParams``)."""
 
     def __init__(
         self, spec: ProblemSpec, params: DisLinUCBParams, env: ContextualEnvironment
@@ -471,6 +502,8 @@ class DisLinUCBClient(FederatedRidgeClientBase):
         self.threshold = dislinucb_threshold(
             params, spec.num_clients, spec.dim, total_interactions(env.instance, env.horizon)
         )
+        if params.radius == "hlinucb_code":
+            self.policy.count_from = 1  # the round t = 1, 2, ...: own pulls including this one
 
     def handle(self, message: Message) -> Message:
         if message.kind == "collect":

@@ -7,7 +7,8 @@
   by default the self-normalised radius of Abbasi-Yadkori et al. (2011) with delta_t = 1/t^2.
 - ``linucb`` — LinUCB with a fixed exploration weight alpha (Li, Chu, Langford, Schapire 2010).
 - ``oful`` — OFUL: the self-normalised radius with a constant confidence delta
-  (Abbasi-Yadkori, Pal, Szepesvari 2011).
+  (Abbasi-Yadkori, Pal, Szepesvari 2011); ``radius = "hlinucb_code"`` takes the count-based
+  radius of the H-LinUCB authors' OFUL baseline instead (``OFULParams``).
 - ``greedy`` — ridge estimates, no exploration bonus.
 
 Models: ``disjoint`` (one ridge model per arm, the LinUCB-d setting), ``shared`` (one model for
@@ -30,7 +31,13 @@ from fedbandit.algorithms.base import (
     environment_of,
 )
 from fedbandit.contextual.environment import ContextualEnvironment
-from fedbandit.contextual.ridge import DeltaSchedule, RadiusRule, RidgeLearners, radius
+from fedbandit.contextual.ridge import (
+    DeltaSchedule,
+    RadiusRule,
+    RidgeLearners,
+    count_radius,
+    radius,
+)
 from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic
 
@@ -56,6 +63,23 @@ class RidgeParams(Hyperparameters):
     refresh_every: int = Field(1024, ge=1)
 
 
+#: ``radius`` of ``oful`` and ``dislinucb``: the self-normalised radius (log det V) or the
+#: count-based radius of the H-LinUCB authors' baselines (``anhddo/hlinUCB``, ``algo.py``).
+RadiusChoice = Literal["self_normalized", "hlinucb_code"]
+
+
+class OFULParams(RidgeParams):
+    """``radius``: ``"self_normalized"`` (default): sqrt(lambda) S + sigma sqrt(2 log(1/delta)
+    + log det V - d log lambda) (Abbasi-Yadkori et al. 2011, Theorem 2). ``"hlinucb_code"``: the
+    Ind-OFUL baseline of the H-LinUCB authors (``anhddo/hlinUCB``, ``algo.py``:28-29
+    ``sqrt_beta``, called at :57 from ``oful``, :42-69): sqrt(lambda) S + sigma sqrt(2 log(1/delta)
+    + d log(1 + t / (d lambda))), t = 0, 1, ... the client's own earlier pulls (the code's
+    ``for t in range(T)``, L = 1), log det V replaced by its bound for ||x|| <= 1. The code has
+    lambda = 1, S = 1, no sigma (its noise is N(0, 1)) and delta = 1/T: set ``delta`` for that."""
+
+    radius: RadiusChoice = "self_normalized"
+
+
 def model_groups(spec: ProblemSpec, model: str) -> np.ndarray:
     """group[k]: which ridge model arm k uses."""
     shared = spec.shared_parameter if model == "auto" else model == "shared"
@@ -74,8 +98,12 @@ class RidgePolicy:
         rule: RadiusRule,
         schedule: DeltaSchedule,
         num_clients: int,
+        count_from: int | None = None,
     ) -> None:
         self.params, self.rule, self.schedule = params, rule, schedule
+        #: None: ``rule``; an integer c: the count-based radius (``count_radius``) with n = the
+        #: client's earlier pulls + c (the H-LinUCB authors' baselines: ``hlinucb_code``).
+        self.count_from = count_from
         self.group = model_groups(spec, params.model)
         self.sigma = params.noise_sigma if params.noise_sigma is not None else spec.noise_sigma
         self.learners = RidgeLearners(
@@ -88,6 +116,19 @@ class RidgePolicy:
         self.steps = np.zeros(num_clients, dtype=np.int64)
 
     def select(self, contexts: np.ndarray) -> np.ndarray:
+        if self.count_from is not None:
+            counts = np.broadcast_to(
+                (self.steps + self.count_from)[:, None], self.learners.logdet.shape
+            )
+            rad = count_radius(
+                counts,
+                self.learners.dim,
+                self.params.regularization,
+                self.sigma,
+                self.params.theta_bound,
+                self.params.delta,
+            )
+            return self.learners.select(contexts, self.group, rad)
         rad = radius(
             self.rule,
             self.learners,
@@ -147,7 +188,10 @@ class LocalRidgeClient(ClientLogic):
         env: ContextualEnvironment,
     ) -> None:
         super().__init__(env)
-        self.policy = RidgePolicy(spec, params, rule, schedule, env.num_clients)
+        hlinucb_code = isinstance(params, OFULParams) and params.radius == "hlinucb_code"
+        self.policy = RidgePolicy(
+            spec, params, rule, schedule, env.num_clients, count_from=0 if hlinucb_code else None
+        )
 
     def handle(self, message: Message) -> Message:
         if message.kind != "start":
@@ -163,13 +207,17 @@ class LocalRidgeClient(ClientLogic):
 
 
 def local_ridge_spec(
-    name: str, description: str, rule: RadiusRule, schedule: DeltaSchedule
+    name: str,
+    description: str,
+    rule: RadiusRule,
+    schedule: DeltaSchedule,
+    params: type[RidgeParams] = RidgeParams,
 ) -> AlgorithmSpec[Any]:
     """The registry entry of a local (no communication) ridge learner with ``rule``."""
     return AlgorithmSpec(
         name=name,
         description=description,
-        params=RidgeParams,
+        params=params,
         make_server=lambda spec, params: NoCommunicationServer(spec),
         make_client=lambda spec, params, env: LocalRidgeClient(
             spec, params, rule, schedule, environment_of(env, ContextualEnvironment)
@@ -193,6 +241,7 @@ OFUL = local_ridge_spec(
     "OFUL: self-normalised radius, constant delta (Abbasi-Yadkori 2011)",
     "self_normalized",
     "constant",
+    OFULParams,
 )
 GREEDY = local_ridge_spec(
     "greedy", "Ridge estimates without an exploration bonus, per client", "zero", "constant"
