@@ -336,6 +336,10 @@ def _block_pulls(
 #: into about q / ``_PIECE_TARGET`` pieces (each piece's sum drawn from its Gaussian bridge).
 _THIN_MAX = 0.5
 _PIECE_TARGET = 0.35
+#: Where q / m, the bound on the chance that one reward is clipped, exceeds this, the rewards of a
+#: block are drawn one by one given their sum instead (``_dense_excess``): about 13 ns a reward
+#: against about 0.5 us a clipped reward for the thinning and splitting.
+_DENSE = 1.0 / 32.0
 _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _UNIT = 1.0 / 9007199254740992.0  # 2^-53
@@ -391,6 +395,7 @@ def _block_excess(
     buf: np.ndarray,
     frames: np.ndarray,
     values: np.ndarray,
+    scratch: np.ndarray,
 ) -> tuple[int, float]:
     """How many of m i.i.d. N(mu, sigma^2) rewards with sum ``total`` lie beyond [-widened,
     widened], and the sum of their clipping corrections (+-bound - y), drawn from their exact law
@@ -407,10 +412,12 @@ def _block_excess(
       y_J included), else nothing is clipped. A side's candidate is kept with probability
       m P E[1 / N | y_J beyond on that side]; summed over the sides, P(some reward beyond), and
       what is kept has the law of the rewards given that event: the result has the exact law.
-    - If q is larger, the block is split into about q / ``_PIECE_TARGET`` pieces whose sums are
-      drawn one after another from their Gaussian bridge (the sum of c of m rewards given their
-      total is N(total c / m, sigma^2 c (m - c) / m)); given their sums the pieces are
-      independent blocks.
+    - If q is larger and q / m <= ``_DENSE``, the block is split into about q /
+      ``_PIECE_TARGET`` pieces whose sums are drawn one after another from their Gaussian bridge
+      (the sum of c of m rewards given their total is N(total c / m, sigma^2 c (m - c) / m));
+      given their sums the pieces are independent blocks.
+    - If q / m > ``_DENSE`` (many rewards clipped), the m rewards are drawn given their sum one
+      by one, total / m + sigma (w_j - wbar) with w_j i.i.d. N(0, 1) (``_dense_excess``).
     The recursion runs on an explicit stack (numba cannot cache recursive functions): ``frames``
     (int64, (depth, 4): kind, pieces left, rewards left, count) and ``values`` (float64,
     (depth, 3): correction, sum left or own correction, keeping ratio), grown when full.
@@ -439,7 +446,9 @@ def _block_excess(
                 q = m * (b_hi + _tail_bound(a_lo))
                 if depth == frames.shape[0]:
                     frames, values = _grown(frames), _grown(values)
-                if q <= _THIN_MAX:
+                if q > _THIN_MAX and q > _DENSE * m:
+                    count, correction = _dense_excess(m, total, sigma, bound, widened, st, scratch)
+                elif q <= _THIN_MAX:
                     u = _uniform(st)
                     if u < q:
                         # A candidate. u / q is uniform on [0, 1), independent of the decision:
@@ -499,6 +508,39 @@ def _block_excess(
 
 
 @numba.njit(cache=True)
+def _dense_excess(
+    m: int,
+    total: float,
+    sigma: float,
+    bound: float,
+    widened: float,
+    st: np.ndarray,
+    scratch: np.ndarray,
+) -> tuple[int, float]:
+    """``_block_excess`` by drawing the m rewards given their sum: for i.i.d. Gaussian rewards
+    the sample mean is independent of the deviations, so total / m + sigma (w_j - wbar), w_j
+    i.i.d. N(0, 1) from the stream ``st``, have the law of the rewards given the sum; each is
+    clipped. ``scratch`` holds at least m values."""
+    w = scratch[:m]
+    st[0], st[1] = _normals(st[0], st[1], st[2], st[3], w)
+    w_mean = 0.0
+    for j in range(m):
+        w_mean += w[j]
+    w_mean /= m
+    mean = total / m
+    count, correction = 0, 0.0
+    for j in range(m):
+        y = mean + sigma * (w[j] - w_mean)
+        if y > widened:
+            correction += bound - y
+            count += 1
+        elif y < -widened:
+            correction += -bound - y
+            count += 1
+    return count, correction
+
+
+@numba.njit(cache=True)
 def _grown(stack: np.ndarray) -> np.ndarray:
     """``stack`` with twice the rows, the first ones copied."""
     out = np.empty((2 * stack.shape[0], stack.shape[1]), dtype=stack.dtype)
@@ -525,6 +567,7 @@ def _clip_blocks(
     buf = np.empty(1)
     frames = np.empty((64, 4), dtype=np.int64)
     values = np.empty((64, 3))
+    scratch = np.empty(max(1, executed.max()) if executed.size else 1)
     for i in range(executed.shape[0]):
         st[0], st[1], st[2], st[3] = state_hi[i], state_lo[i], inc_hi[i], inc_lo[i]
         for a in range(executed.shape[1]):
@@ -532,7 +575,7 @@ def _clip_blocks(
             if n == 0:
                 continue
             count, correction = _block_excess(
-                n, sums[i, a], noise_sigma, bound, widened, st, buf, frames, values
+                n, sums[i, a], noise_sigma, bound, widened, st, buf, frames, values, scratch
             )
             if count:
                 sums[i, a] += correction
