@@ -146,13 +146,14 @@ class BanditEnvironment(GroupEnvironment):
         N(0, 1)), whatever mu. ``_block_excess`` draws which of them lie beyond the bound and
         their values, by thinning with the union bound and splitting a block along its Gaussian
         bridge where a clipped reward is likely; its cost grows with the number of rewards
-        clipped, not with n. The clipped sum is S plus the clipping's corrections: exactly S when
-        no reward of the block is clipped. The draws come from ``streams`` (the clients' own
-        PCG64 streams, ``fedbandit.streams.ClientStreams``, in the group's order), client after
-        client and arm after arm, so they do not depend on the grouping; how many draws a block
-        takes depends on its sum. The regret is untouched (clipping is what the learner does
-        with the rewards it saw). ``tests/test_private_fedpe.py`` compares the law with a
-        pull-by-pull loop.
+        clipped, not with n (where more than 1 in 32 rewards may be clipped, the rewards are
+        drawn one by one given S instead). The clipped sum is S plus the clipping's corrections:
+        exactly S when no reward of the block is clipped. The draws come from ``streams`` (the
+        clients' own PCG64 streams, ``fedbandit.streams.ClientStreams``, in the group's order),
+        client after client and arm after arm, so they do not depend on the grouping; how many
+        draws a block takes depends on its sum. The regret is untouched (clipping is what the
+        learner does with the rewards it saw). ``tests/test_private_fedpe.py`` compares the law
+        with a pull-by-pull loop.
         """
         executed = np.ascontiguousarray(executed, dtype=np.int64)
         if executed.shape != self._means.shape or sums.shape != executed.shape:

@@ -273,10 +273,11 @@ def _clip_pull_by_pull(
     return raw, clipped_sums, clipped
 
 
-#: (mu_a, n_a) per arm, clipped to [-R, R] with R below, sigma = 1: rare clipping in short and
-#: long blocks (thinning; splitting along the bridge), a mean near and a mean beyond the bound.
+#: (mu_a, n_a) per arm, clipped to [-R, R] with R below, sigma = 1: rare clipping in short blocks
+#: on either side (thinning) and in a long one (splitting along the bridge), a mean near and a
+#: mean beyond the bound (many clipped: every reward drawn given the sum).
 _CLIP_CASES = {
-    4.0: ([0.75, 0.75, 3.0], [40, 3000, 200]),
+    4.0: ([0.75, 0.75, 3.0, -0.75], [40, 3000, 200, 40]),
     1.0: ([0.75, 2.5, -0.2], [50, 7, 300]),
 }
 
