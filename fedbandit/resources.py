@@ -45,10 +45,15 @@ LOCAL_UCB_FIXED = 64 * 2**20
 
 def contextual_bytes_per_client(problem: ProblemSpec) -> float:
     """A contextual environment's chunk of contexts (1 row per round with disjoint parameters, K
-    with a shared one), means, gaps, noise and participation coins, plus ridge statistics
-    (measured 434 KB disjoint and 1.17 MB shared at K = 10, d = 5; formula 516 KB and 1.6 MB)."""
+    with a shared one, or the instance's ``context_floats_per_round`` when it buffers a compact
+    context such as a query index), means, gaps, noise and participation coins, plus ridge
+    statistics (measured 434 KB disjoint and 1.17 MB shared at K = 10, d = 5; formula 516 KB and
+    1.6 MB)."""
     rows = problem.num_arms if problem.shared_parameter else 1
-    chunk = CONTEXT_CHUNK * (3 * rows * problem.dim + 4 * problem.num_arms + 8) * FLOAT
+    contexts = problem.context_floats_per_round
+    if contexts is None:
+        contexts = 3 * rows * problem.dim
+    chunk = CONTEXT_CHUNK * (contexts + 4 * problem.num_arms + 8) * FLOAT
     groups = 1 if problem.shared_parameter else problem.num_arms
     return chunk + 4 * groups * problem.dim * (problem.dim + 1) * FLOAT
 
@@ -70,7 +75,10 @@ def task_bytes(spec: AlgorithmSpec, problem: ProblemSpec) -> float:
 
 def instance_bytes(problem: ProblemSpec) -> float:
     """Fixed features with their means and gaps (3 arrays of M K d floats at most); a contextual
-    instance holds only its law (counted in the environment)."""
+    instance holds only its law (counted in the environment); an instance of data may state its
+    own bytes (``memory_bytes``)."""
+    if problem.instance_bytes is not None:
+        return problem.instance_bytes
     if problem.contextual:
         return 0.0
     return 3.0 * problem.num_clients * problem.num_arms * problem.dim * FLOAT

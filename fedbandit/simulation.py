@@ -70,6 +70,8 @@ def problem_spec(instance: Instance, horizon: int) -> ProblemSpec:
         noise_sigma=instance.noise_sigma,
         contextual=instance.contextual,
         reward_link=getattr(instance, "link", None),
+        context_floats_per_round=getattr(instance, "context_floats_per_round", None),
+        instance_bytes=getattr(instance, "memory_bytes", None),
     )
 
 

@@ -446,3 +446,33 @@ def test_the_experiment_runs_end_to_end_on_a_generated_file(letor, tmp_path, cap
     assert facts["name"] == "mslr" and facts["num_clients"] == 10 and facts["dim"] == 57
     assert facts["queries_per_silo"] == 2 and facts["lasso"]["nonzero_coefficients"] > 0
     assert "private_fedlinucb" in capsys.readouterr().out
+
+
+def test_the_memory_estimate_counts_a_query_index_per_round(letor):
+    """The environment buffers a query index per round, not its K d contexts: at the real data's
+    sizes (K = 908 slots, d = 58, M = 10) the estimate was about 12 GiB a task and refused the
+    experiment on a 24 GiB machine with two workers."""
+    from dataclasses import replace
+
+    from fedbandit.registry import algorithms
+    from fedbandit.resources import estimate_memory, task_bytes
+    from fedbandit.simulation import problem_spec
+
+    instance = build_mslr(params(letor))
+    problem = problem_spec(instance, 1000)
+    assert problem.context_floats_per_round == 1
+    assert problem.instance_bytes == sum(
+        a.nbytes
+        for a in (
+            instance.contexts,
+            instance.doc_means,
+            instance.arms,
+            instance.sizes,
+            instance.theta,
+        )
+    )
+    spec = algorithms().get("batched_fedlinucb")
+    real = replace(problem, num_arms=908, dim=58, num_clients=10, horizon=25_000)
+    generic = replace(real, context_floats_per_round=None)
+    assert task_bytes(spec, real) < 0.5 * 2**30 < 10 * 2**30 < task_bytes(spec, generic)
+    assert estimate_memory([spec], replace(real, instance_bytes=0.6e9), 2).total_bytes < 3 * 2**30

@@ -29,6 +29,11 @@ class ProblemSpec:
     #: The link of Bernoulli rewards mu(x^T theta) (``logistic``, ``probit``), None for linear
     #: rewards x^T theta plus Gaussian noise.
     reward_link: str | None = None
+    #: Floats of context an environment buffers per client and round, when the instance says
+    #: (a compact context such as a query index: 1); None: K d with a shared parameter, else d.
+    context_floats_per_round: int | None = None
+    #: Bytes the instance itself holds (its data), when it says; None: counted from the sizes.
+    instance_bytes: float | None = None
 
     @property
     def client_ids(self) -> np.ndarray:

@@ -548,6 +548,18 @@ class MSLRInstance:
     def contextual(self) -> bool:
         return True
 
+    @property
+    def context_floats_per_round(self) -> int:
+        """The environment buffers a query index per round, not its K d contexts (memory
+        estimate, ``fedbandit.resources``)."""
+        return 1
+
+    @property
+    def memory_bytes(self) -> float:
+        """The documents' contexts and means, the arm slots and sizes (memory estimate)."""
+        arrays = (self.contexts, self.doc_means, self.arms, self.sizes, self.theta)
+        return float(sum(array.nbytes for array in arrays))
+
     def rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
         """The mean itself (noiseless, the authors'), plus sigma z when ``noise_sigma`` > 0."""
         return means + self.noise_sigma * noise
