@@ -104,7 +104,10 @@ def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
         for name, error in sorted(registry.broken.items()):
             print(f"  {name}  [plugin failed to load: {error}]")
     if show_instances:
-        print(f"data cards of the real-data kinds: {shipped_folder('datasets') / 'README.md'}")
+        print(
+            "data cards of the real-data kinds: README.md, movielens20m.md (replay) and "
+            f"mslr_web10k.md (mslr) in {shipped_folder('datasets')}"
+        )
     return 0
 
 

@@ -285,8 +285,9 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
     listed = {line.split()[0] for line in listing.stdout.splitlines() if line.strip()}
     assert {p.stem for p in (ROOT / "experiments").glob("*.toml")} <= listed
     cards = installed_cli(installed, "list", "--instances", cwd=tmp_path).stdout
-    card = Path(cards.strip().splitlines()[-1].split(": ", 1)[1])
-    assert card.read_bytes() == (ROOT / "datasets" / "README.md").read_bytes()
+    folder = Path(cards.strip().splitlines()[-1].rsplit(" in ", 1)[1])
+    for card in ("README.md", "movielens20m.md", "mslr_web10k.md"):
+        assert (folder / card).read_bytes() == (ROOT / "datasets" / card).read_bytes()
 
     run = installed_cli(
         installed, "run", "fedpe_tiny", "--seeds", "1", "--out", "run", cwd=tmp_path

@@ -1,11 +1,15 @@
-"""Real-data problem instances; their data cards are the repository's ``datasets/README.md``,
-shipped in the wheel (``fedbandit list --instances`` prints where).
+"""Real-data problem instances; their data cards are the repository's ``datasets/*.md``
+(``README.md``, ``movielens20m.md``, ``mslr_web10k.md``), shipped in the wheel (``fedbandit list
+--instances`` prints where).
 
 - ``movielens100k``: MovieLens-100K through the Fed-PE paper's pipeline (the user's own file);
 - ``sklearn``: scikit-learn's bundled classification sets (digits, wine, breast_cancer, iris);
 - ``table``: the user's classification table (.csv, .csv.gz, .npy, .npz);
 - ``classification_contextual``: either of the last two as a contextual bandit (one sample per
-  round from the client's own non-IID partition; reward 1{arm = label}).
+  round from the client's own non-IID partition; reward 1{arm = label});
+- ``replay``: logged events replayed (``replay.py``; reward 1 if the pick is the logged choice,
+  regret = misses), with MovieLens-20M made as Li & Wang's scripts do (``movielens20m.py``);
+- ``mslr``: MSLR-WEB10K as Zhou & Chowdhury's private federated LinUCB builds it (``mslr.py``).
 
 Each kind's ``InstanceKindSpec`` is declared in ``setup.cfg`` under ``fedbandit.instances``, like a
 plugin's. The instances built here are of the types defined below this package
