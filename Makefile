@@ -33,8 +33,13 @@ $(STAMP): setup.cfg pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# A study (an experiment with a [sweep] table) runs with `fedbandit sweep`, the others with `run`.
+STUDY_OR_RUN := import sys; from fedbandit.config import load_experiment; \
+	print("sweep" if load_experiment(sys.argv[1]).sweep else "run")
+
 experiment: $(STAMP)
-	$(BIN)/fedbandit run $(NAME) $(if $(DATA),--set 'instance.path=$(DATA)') $(ARGS)
+	@command=$$($(BIN)/python -c '$(STUDY_OR_RUN)' $(NAME) 2>/dev/null || echo run); \
+	set -x; $(BIN)/fedbandit $$command $(NAME) $(if $(DATA),--set 'instance.path=$(DATA)') $(ARGS)
 	@echo "fedbandit is installed in $(BIN): 'source $(BIN)/activate' puts it on your PATH"
 
 list: $(STAMP)

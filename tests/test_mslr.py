@@ -13,6 +13,7 @@ import gzip
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse
 import sklearn.linear_model
@@ -402,13 +403,14 @@ def test_the_experiment_is_the_authors_setup():
         0.1,
         "silo_ldp",
     )
-    # The documented sweep over the figure's epsilons.
-    points = expand(config, [("params.private_fedlinucb.epsilon", [0.2, 1.0, 5.0])])
+    # A study over the figure's epsilons, each point with the non-private schedule.
+    points = expand(config)
     assert [p.config.params["private_fedlinucb"]["epsilon"] for p in points] == [0.2, 1.0, 5.0]
+    assert all(p.config.algorithms == config.algorithms for p in points)
 
 
 def test_the_experiment_without_data_or_with_a_bad_file_stops_in_one_line(tmp_path, capsys):
-    assert main(["run", "fed_private_mslr", "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    assert main(["sweep", "fed_private_mslr", "--out", str(tmp_path / "run"), "--quiet"]) == 2
     line = capsys.readouterr().err.strip()
     assert "\n" not in line and line.startswith("fedbandit: error: no MSLR-WEB10K data given")
     assert "microsoft.com/en-us/research/project/mslr" in line
@@ -416,7 +418,7 @@ def test_the_experiment_without_data_or_with_a_bad_file_stops_in_one_line(tmp_pa
     assert not (tmp_path / "run").exists()
     bad = tmp_path / "train.txt"
     bad.write_text(GOOD + f"7 qid:2 {LINE}\n")
-    argv = ["run", "fed_private_mslr", "--set", f"instance.path={bad}", "--quiet"]
+    argv = ["sweep", "fed_private_mslr", "--set", f"instance.path={bad}", "--quiet"]
     assert main([*argv, "--out", str(tmp_path / "run")]) == 2
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"fedbandit: error: {bad}: line 3: the label 7 is not an integer")
@@ -427,21 +429,23 @@ def test_the_experiment_without_data_or_with_a_bad_file_stops_in_one_line(tmp_pa
 def test_the_command_line_refuses_a_malformed_file_without_a_traceback(tmp_path):
     bad = tmp_path / "train.txt"
     bad.write_text(GOOD + f"1 qid:2 {LINE.rsplit(' ', 1)[0]}\n")
-    line = one_line_error("run", "fed_private_mslr", "--set", f"instance.path={bad}")
+    line = one_line_error("sweep", "fed_private_mslr", "--set", f"instance.path={bad}")
     assert line.startswith(f"fedbandit: error: {bad}: line 3: 135 features, expected 136")
 
 
 def test_the_experiment_runs_end_to_end_on_a_generated_file(letor, tmp_path, capsys):
     out = tmp_path / "run"
     sets = [f"instance.path={letor}", f"instance.cache_dir={tmp_path / 'cache'}"]
-    argv = ["run", "fed_private_mslr", "--set", sets[0], "--set", sets[1]]
+    argv = ["sweep", "fed_private_mslr", "--set", sets[0], "--set", sets[1]]
     argv += ["--set", "horizon=50", "--seeds", "1", "--workers", "1", "--out", str(out)]
     assert main([*argv, "--quiet"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "complete" and summary["horizon"] == 50
-    for name in ("batched_fedlinucb", "private_fedlinucb"):
-        assert np.isfinite(summary[name]["final_regret_mean"])
-    manifest = json.loads((out / "manifest.json").read_text())
+    table = pd.read_csv(out / "sweep.csv")
+    assert sorted(table["params.private_fedlinucb.epsilon"].unique()) == [0.2, 1.0, 5.0]
+    assert set(table["algorithm"]) == {"batched_fedlinucb", "private_fedlinucb"}
+    assert np.isfinite(table["final_regret"]).all() and len(table) == 6
+    baseline = table[table["algorithm"] == "batched_fedlinucb"]["final_regret"]
+    assert baseline.nunique() == 1  # the non-private schedule is the same run at every point
+    manifest = json.loads(next((out / "points").glob("*/manifest.json")).read_text())
     facts = manifest["instance"]
     assert facts["name"] == "mslr" and facts["num_clients"] == 10 and facts["dim"] == 57
     assert facts["queries_per_silo"] == 2 and facts["lasso"]["nonzero_coefficients"] > 0

@@ -161,7 +161,7 @@ def how_to_get() -> str:
         f"MSLR-WEB10K is published by Microsoft Research ({MSLR_URL}); fedbandit does not "
         "include it and never downloads it: download MSLR-WEB10K.zip yourself, unzip it, and "
         "pass the folder (or one LETOR file), e.g. `make experiment NAME=fed_private_mslr "
-        "DATA=/path/to/MSLR-WEB10K` or `fedbandit run fed_private_mslr --set "
+        "DATA=/path/to/MSLR-WEB10K` or `fedbandit sweep fed_private_mslr --set "
         "instance.path=/path/to/MSLR-WEB10K`"
     )
 
