@@ -33,7 +33,8 @@ sequential setting (``experiments/fed_contextual_published.toml``) the two diffe
   O(d sqrt(M T) log^2 T), O(M^1.5 d^3) scalars). The statement itself could not be checked: only
   the abstract and introduction of arXiv 1904.06309 were reachable (searched again for issue
   22), and the H-LinUCB authors' DisLinUCB (``anhddo/hlinUCB``, ``algo.py``) uses yet another
-  value, D = sqrt(T log(M T) / (d M)), T the rounds (give it as ``threshold``).
+  value, D = sqrt(T log(M T) / (d M)), T the rounds (give it as ``threshold``), and a
+  count-based radius (``radius = "hlinucb_code"``, ``DisLinUCBParams``).
 - ``async_linucb`` (Li & Wang, AISTATS 2022; ``cyrilli/Async-LinUCB``, ``lib/AsyncLinUCB.py``):
   client i uploads when det(V_i) / det(V_i - dV_i) > gamma_U (``uploadCommTriggered``); the
   server keeps for each client j a buffer of the *other* clients' uploads since j's last download
