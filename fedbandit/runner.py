@@ -34,6 +34,7 @@ from fedbandit.flower.deployment import (
     detached_state,
     submit_detached,
 )
+from fedbandit.flower.job import job_from_json
 from fedbandit.instances import Instance
 from fedbandit.registry import algorithms as registered_algorithms
 from fedbandit.registry import build_instance, instance_kinds
@@ -592,8 +593,6 @@ def rebuild_detached(
     folder gets the manifest and ``config.toml`` the submitting command wrote, then the seeds
     that have finished, as ``pull`` fetches them; later ``pull OUT`` calls go on from there.
     ``AskAgainError`` while no seed has finished yet (nothing to rebuild from so far)."""
-    from fedbandit.flower.job import job_from_json
-
     if not reach.get("superlink"):
         raise ConfigError(
             "pull --run-id needs --superlink HOST:PORT (there is no folder to read it from)"
