@@ -53,7 +53,7 @@ test: $(PLUGIN_STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests $(PLUGIN)/tests
 
 test-slow: $(PLUGIN_STAMP)
-	$(BIN)/python -m pytest -q -m slow tests $(PLUGIN)/tests
+	$(BIN)/python -m pytest -q -m slow --durations=20 tests $(PLUGIN)/tests
 
 test-all: $(PLUGIN_STAMP)
 	$(BIN)/python -m pytest -q -m 'slow or not slow' tests $(PLUGIN)/tests
