@@ -70,7 +70,14 @@ class Deployment:
         self.processes[name] = process
         return process
 
-    def superlink(self, port: int, *extra: str, host: str = "127.0.0.1", wrap=None) -> str:
+    def superlink(
+        self,
+        port: int,
+        *extra: str,
+        host: str = "127.0.0.1",
+        wrap=None,
+        env: dict[str, str] | None = None,
+    ) -> str:
         self.start(
             "superlink",
             [
@@ -85,6 +92,7 @@ class Deployment:
                 *extra,
             ],
             wrap,
+            env,
         )
         return f"{host}:{port}"
 
@@ -141,12 +149,16 @@ class Deployment:
 
 
 def start_loopback(
-    deploy: Deployment, ranges: list[str], *node_args: str, link_args: Sequence[str] = ()
+    deploy: Deployment,
+    ranges: list[str],
+    *node_args: str,
+    link_args: Sequence[str] = (),
+    link_env: dict[str, str] | None = None,
 ) -> str:
-    """An insecure SuperLink on a free loopback port (with ``link_args``, e.g. ``--in-memory``)
-    and one SuperNode per client range."""
+    """An insecure SuperLink on a free loopback port (with ``link_args``, e.g. ``--in-memory``,
+    and ``link_env`` in its environment) and one SuperNode per client range."""
     port = free_port()
-    superlink = deploy.superlink(port, "--insecure", *link_args)
+    superlink = deploy.superlink(port, "--insecure", *link_args, env=link_env)
     wait_for_port("127.0.0.1", port)
     for i, clients in enumerate(ranges):
         deploy.supernode(f"node{i}", superlink, clients, free_port(), "--insecure", *node_args)

@@ -56,7 +56,7 @@ from fedbandit.flower.codec import (
 )
 from fedbandit.flower.deployment import ERROR_MARK, keep_on_server, run_record, unreachable
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
-from fedbandit.flower.internals import pull_backoff
+from fedbandit.flower.internals import pull_backoff, server_error_retry
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
 from fedbandit.flower.result_log import encode_files, progress_line, write_line
 from fedbandit.flower.secure_aggregation import (
@@ -399,6 +399,7 @@ def build_server_app(
             job = job_from_json(str(context.run_config.get("job", "")))
             # the replies' objects: short waits, and a dead uploader costs a share of the round
             pull_backoff.install(pull_backoff.SERVERAPP_MODULE, round_timeout=job.round_timeout)
+            server_error_retry.install_serverapp(grid)
             run(job, grid, "")
             _write_result(job, context, time.perf_counter() - started)
         except FedbanditError as err:  # foreseen: the driver shows this line, not the traceback
@@ -410,6 +411,7 @@ def build_server_app(
         each seed's files go into the log as it ends, with progress lines in between. A seed
         aborted under ``on_client_failure = "abort"`` ends the run, as in an attached command."""
         pull_backoff.install(pull_backoff.SERVERAPP_MODULE, round_timeout=jobs[0].round_timeout)
+        server_error_retry.install_serverapp(grid)
         for index, job in enumerate(jobs):
             started = time.perf_counter()
             algorithm, seed = job.algorithm, job.spec.seed

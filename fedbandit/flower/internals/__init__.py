@@ -6,6 +6,7 @@ public API (``flwr.app``, ``flwr.clientapp``, ``flwr.serverapp``, ``flwr.simulat
 - ``supernode_main``: ``flower-supernode`` with a short idle poll, optionally next to
 - ``warm_executor``: one long-lived process that runs every ClientApp task of a SuperNode;
 - ``pull_backoff``: short waits for a message's objects in the SuperNode and the ServerApp;
+- ``server_error_retry``: the SuperNode and the ServerApp retry a SuperLink's HTTP 500;
 - ``simulation_poll``: a short poll for new messages in the simulation runtime (flower-sim);
 - ``simulation_stop``: a simulation interrupted mid-round waits for its ClientApp tasks before
   Ray stops, so the command exits;

@@ -19,7 +19,8 @@ launcher returns), and stops itself if this process dies.
 
 It also shortens the SuperNode's wait for the objects of a message it saw before they finished
 uploading (``fedbandit.flower.internals.pull_backoff``: 0.02 s doubling to 0.2 s instead of 1 s
-to 10 s).
+to 10 s), and retries a SuperLink's HTTP 500 ("database is locked" under load) before giving
+up (``fedbandit.flower.internals.server_error_retry``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ import sys
 import time
 from types import SimpleNamespace
 
-from fedbandit.flower.internals import pull_backoff, require_flower, seconds_setting
+from fedbandit.flower.internals import (
+    pull_backoff,
+    require_flower,
+    seconds_setting,
+    server_error_retry,
+)
 
 #: Seconds between a SuperNode's polls of the SuperLink when it is idle.
 DEFAULT_POLL_SECONDS = 0.2
@@ -151,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         install_poll_interval(poll_seconds)
         if backoff is not None:
             pull_backoff.install(pull_backoff.SUPERNODE_MODULE, backoff)
+        server_error_retry.install_supernode()
         from flwr.supernode.cli import flower_supernode
 
         sys.argv = ["flower-supernode", *flower_args]

@@ -1,0 +1,124 @@
+"""A SuperLink's HTTP 500 ("database is locked" under load) is retried on the SuperNode and in the
+ServerApp with Flower's back-off, a bounded number of times in a row; every other status keeps
+Flower's rule. Run on Flower's own retry invoker with its waits skipped. The deployment whose
+store fails on purpose is in ``test_deployment_faults.py``."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from flwr.supercore.retry import make_simple_http_retry_invoker
+
+from fedbandit.flower.internals import server_error_retry
+from fedbandit.flower.internals.server_error_retry import (
+    SERVER_ERROR_RETRIES,
+    install_serverapp,
+    install_supernode,
+    tolerate_server_errors,
+)
+
+
+def status_error(code: int) -> httpx.HTTPStatusError:
+    request = httpx.Request("POST", "http://superlink/api/v0/fleet/pull-messages")
+    response = httpx.Response(code, request=request, text="database is locked")
+    return httpx.HTTPStatusError(f"HTTP {code}", request=request, response=response)
+
+
+class Failing:
+    """A request that fails with ``codes`` in turn, then answers "ok"; counts its calls."""
+
+    def __init__(self, *codes: int) -> None:
+        self.codes = list(codes)
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.codes:
+            raise status_error(self.codes.pop(0))
+        return "ok"
+
+
+@pytest.fixture
+def invoker():
+    invoker = make_simple_http_retry_invoker()
+    invoker.wait_function = lambda seconds: None
+    return tolerate_server_errors(invoker)
+
+
+def test_flower_alone_gives_up_on_the_first_500():
+    plain = make_simple_http_retry_invoker()
+    plain.wait_function = lambda seconds: None
+    request = Failing(500)
+    with pytest.raises(httpx.HTTPStatusError):
+        plain.invoke(request)
+    assert request.calls == 1
+
+
+def test_500s_are_retried_until_the_superlink_answers(invoker):
+    request = Failing(500, 500, 500)
+    assert invoker.invoke(request) == "ok"
+    assert request.calls == 4
+
+
+def test_a_superlink_that_keeps_failing_still_ends_the_request(invoker):
+    request = Failing(*[500] * (SERVER_ERROR_RETRIES + 5))
+    with pytest.raises(httpx.HTTPStatusError):
+        invoker.invoke(request)
+    assert request.calls == SERVER_ERROR_RETRIES + 1
+
+
+def test_a_success_starts_the_count_again(invoker):
+    for _ in range(3):
+        request = Failing(*[500] * SERVER_ERROR_RETRIES)
+        assert invoker.invoke(request) == "ok"
+        assert request.calls == SERVER_ERROR_RETRIES + 1
+
+
+def test_other_statuses_keep_flowers_rule(invoker):
+    request = Failing(404)
+    with pytest.raises(httpx.HTTPStatusError):
+        invoker.invoke(request)
+    assert request.calls == 1
+    request = Failing(503, 503)  # Flower's own retry
+    assert invoker.invoke(request) == "ok"
+    assert request.calls == 3
+
+
+def test_wrapping_twice_changes_nothing(invoker):
+    giveup = invoker.should_giveup
+    assert tolerate_server_errors(invoker).should_giveup is giveup
+
+
+def test_the_supernode_connection_makes_tolerant_invokers(monkeypatch):
+    from flwr.supernode import fleet_http_connection
+
+    monkeypatch.setattr(
+        fleet_http_connection,
+        "make_simple_http_retry_invoker",
+        fleet_http_connection.make_simple_http_retry_invoker,
+    )
+    install_supernode()
+    install_supernode()  # idempotent: wraps Flower's function once
+    made = fleet_http_connection.make_simple_http_retry_invoker()
+    made.wait_function = lambda seconds: None
+    request = Failing(500, 500)
+    assert made.invoke(request) == "ok"
+    assert request.calls == 3
+    original = fleet_http_connection.make_simple_http_retry_invoker.fedbandit_original
+    assert getattr(original, "fedbandit_original", None) is None
+
+
+def test_a_deployed_serverapps_grid_retries_and_a_simulated_one_is_left_alone():
+    from flwr.superlink.grid.http_grid import HttpGrid
+
+    grid = HttpGrid("127.0.0.1:1", insecure=True, root_certificates=None, token="t")
+    assert install_serverapp(grid)
+    grid._retry_invoker.wait_function = lambda seconds: None
+    request = Failing(500)
+    assert grid._retry_invoker.invoke(request) == "ok"
+    assert not install_serverapp(object())
+
+
+def test_retries_must_not_be_negative():
+    with pytest.raises(ValueError, match="retries"):
+        server_error_retry.ServerErrorTolerance(make_simple_http_retry_invoker(), -1)
