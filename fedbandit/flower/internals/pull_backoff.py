@@ -8,15 +8,16 @@ and the ServerApp for the replies (``flwr.superlink.grid.http_grid``). The uploa
 milliseconds, so with short polls most rounds pay that second (a round took 1.7 s median and
 0.7 s when no poll fell in the window; ``fedbandit bench deploy``).
 
-``install(module)`` replaces the ``pull_objects`` that module calls by one whose first wait is
-0.02 s, doubling up to 0.2 s (each retry is one request), as the warm executor already does for
-its task input, and which gives up on a message after ``OBJECT_WAIT_SECONDS`` (Flower: 500 tries
-or two hours). A message whose sender was killed while uploading its objects never completes, and
-the ServerApp pulls the replies of a round one message after another: waiting for the dead node's
-reply held back the live nodes' replies past the round's deadline, so that every node of the
-round was lost (caught by a killed-node test with a 45 s round deadline; the lost-node tests of
-``test_deployment_faults.py`` cover it now); the ServerApp therefore waits at most a quarter of
-the round's deadline for one reply's objects (``object_wait_seconds``).
+``install(module)`` replaces the ``pull_objects`` that module calls by one whose first wait is 0.02
+s, doubling up to 0.2 s (each retry is one request), as the warm executor already does for its task
+input, and which gives up on a message after ``OBJECT_WAIT_SECONDS`` in the ServerApp and
+``SUPERNODE_OBJECT_WAIT_SECONDS`` on a SuperNode (Flower: 500 tries or two hours). A message whose
+sender was killed while uploading its objects never completes, and the ServerApp pulls the replies
+of a round one message after another: waiting for the dead node's reply held back the live nodes'
+replies past the round's deadline, so that every node of the round was lost (caught by a
+killed-node test with a 45 s round deadline; the lost-node tests of ``test_deployment_faults.py``
+cover it now); the ServerApp therefore waits at most a quarter of the round's deadline for one
+reply's objects (``object_wait_seconds``).
 ``FEDBANDIT_PULL_BACKOFF="FIRST,CAP"`` sets other waits; ``"flower"`` keeps Flower's (and its
 limit: for uploads slower than that). It uses a Flower internal, so it is pinned to Flower 1.42
 and refuses another version (``fedbandit.flower.internals.require_flower``).
@@ -41,6 +42,11 @@ SUPERNODE_MODULE = "flwr.supernode.start_client_internal"
 #: comes back as Flower's error reply, "objects unavailable"): far beyond an upload's tens of
 #: milliseconds here, and short of a round's deadline (``--round-timeout``, 120 s by default).
 OBJECT_WAIT_SECONDS = 20.0
+#: The SuperNode's limit for its message's objects. Giving up early only loses the message (the
+#: ServerApp counts the node as lost at the round's deadline anyway), and the first message of a
+#: run takes long under load: at 32 SuperNodes on 2 cores (load 33) six nodes gave up on it after
+#: 20 s and the run failed; so the node waits a default round deadline (``--round-timeout``).
+SUPERNODE_OBJECT_WAIT_SECONDS = 120.0
 #: The ServerApp waits for one reply's objects at most this fraction of the round's deadline: it
 #: pulls a round's replies one after another, so the live nodes' replies still arrive in time.
 ROUND_SHARE = 0.25
@@ -77,11 +83,12 @@ def install(
     module_name: str,
     backoff: tuple[float, float] | None = None,
     round_timeout: float | None = None,
+    max_time: float | None = None,
 ) -> bool:
     """Make ``module_name``'s ``pull_objects`` wait ``backoff`` (default: from ``ENV``) and give
-    up after ``object_wait_seconds(round_timeout)``; False when ``ENV`` says to keep Flower's
-    waits. Raises ``ConfigError`` for a wrong ``ENV`` and ``UnsupportedFlowerError`` on another
-    Flower."""
+    up after ``max_time`` seconds (default ``object_wait_seconds(round_timeout)``); False when
+    ``ENV`` says to keep Flower's waits. Raises ``ConfigError`` for a wrong ``ENV`` and
+    ``UnsupportedFlowerError`` on another Flower."""
     if backoff is None:
         backoff = backoff_from_env(os.environ.get(ENV))
         if backoff is None:
@@ -96,7 +103,8 @@ def install(
     if getattr(original, "fedbandit_backoff", None) is not None:
         original = original.fedbandit_original  # type: ignore[attr-defined]
     first, cap = backoff
-    max_time = object_wait_seconds(round_timeout)
+    if max_time is None:
+        max_time = object_wait_seconds(round_timeout)
 
     def pull_objects(*args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("initial_backoff", first)

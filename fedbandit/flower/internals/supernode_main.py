@@ -156,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         install_poll_interval(poll_seconds)
         if backoff is not None:
-            pull_backoff.install(pull_backoff.SUPERNODE_MODULE, backoff)
+            pull_backoff.install(
+                pull_backoff.SUPERNODE_MODULE,
+                backoff,
+                max_time=pull_backoff.SUPERNODE_OBJECT_WAIT_SECONDS,
+            )
         server_error_retry.install_supernode()
         from flwr.supernode.cli import flower_supernode
 
