@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 
 from fedbandit._version import __version__
-from fedbandit.bench import BENCHMARKS, format_table
+from fedbandit.bench import BENCHMARKS, ON_REQUEST, format_table
 from fedbandit.config import (
     EXPERIMENTS_VARIABLE,
     ExperimentConfig,
@@ -530,7 +530,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
 
-    names = list(BENCHMARKS) if args.name == "all" else [args.name]
+    names = [n for n in BENCHMARKS if n not in ON_REQUEST] if args.name == "all" else [args.name]
     results = {}
     for name in names:
         results[name] = BENCHMARKS[name](quick=args.quick)
@@ -753,7 +753,10 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--point", help="a sweep folder's point (pNNN): its regret over time")
     plot.set_defaults(func=_cmd_plot)
 
-    bench = sub.add_parser("bench", help="benchmarks: design, fedpe, scale, linucb, or all")
+    bench = sub.add_parser(
+        "bench",
+        help="benchmarks by name, or all of them but nodes (which starts up to 32 SuperNodes)",
+    )
     bench.add_argument("name", choices=["all", *BENCHMARKS])
     bench.add_argument("--json", action="store_true", help="print the figures as JSON")
     bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")

@@ -276,3 +276,54 @@ def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     assert secure["wall_s"]["secure"] > 0 and math.isfinite(secure["exchange_ratio"])
     assert secure["traffic_bytes"]["secure"] > secure["traffic_bytes"]["plain"] > 0
     assert "deploy:" in format_table("deploy", result)
+
+
+def _fake_nodes_run(nodes: int, median: float) -> dict:
+    return {
+        "nodes": nodes, "M": 240, "T": 4096, "rounds": 23, "startup_s": 3.0,
+        "wall_s": 30.0 * nodes, "median_round_s": median, "p90_round_s": 2 * median,
+        "identical": True, "dropped": 0, "retried_500": nodes - 1,
+        "peak_rss_mb_node_median": 300.0, "peak_rss_mb_node_max": 320.0,
+        "rss_mb_supernode": 150.0, "rss_mb_executor": 140.0, "peak_rss_mb_superlink": 500.0,
+    }  # fmt: skip
+
+
+def test_nodes_table_has_a_row_per_count_and_the_ratio_to_one_node():
+    result = {"quick": False, "counts": [1, 16], "runs": [_fake_nodes_run(1, 0.5)]}
+    result["runs"].append(_fake_nodes_run(16, 10.0))
+    table = format_table("nodes", result)
+    lines = table.splitlines()
+    assert lines[0].startswith("nodes: fedpe_tiny (Fed-PE) M=240 T=4096 on N SuperNodes")
+    assert len(lines) == 4
+    for text in ("16", "480.0", "10.00", "20.00", "20.0", "true", "15", "300 (max 320)",
+                 "150 / 140"):  # fmt: skip
+        assert text in lines[3], text
+    assert "1.0" in lines[2]
+
+
+def test_nodes_is_run_by_name_only(monkeypatch, capsys):
+    import json
+
+    import fedbandit.cli
+
+    ran = []
+    fakes = {name: (lambda quick, name=name: ran.append(name) or {}) for name in BENCHMARKS}
+    monkeypatch.setattr(fedbandit.cli, "BENCHMARKS", fakes)
+    assert fedbandit.cli.main(["bench", "all", "--json"]) == 0
+    assert "nodes" not in ran and "deploy" in ran and len(ran) == len(BENCHMARKS) - 1
+    assert "nodes" not in json.loads(capsys.readouterr().out)
+    assert fedbandit.cli.main(["bench", "nodes", "--json"]) == 0
+    assert ran[-1] == "nodes"
+
+
+@pytest.mark.slow
+def test_quick_nodes_benchmark_runs_end_to_end():
+    result = BENCHMARKS["nodes"](quick=True)
+    assert result["counts"] == [1, 2]
+    for count, run in zip(result["counts"], result["runs"], strict=True):
+        assert run["nodes"] == count and run["M"] == 8
+        assert run["identical"] is True and run["dropped"] == 0
+        assert run["rounds"] > 0 and run["wall_s"] > 0 and run["median_round_s"] > 0
+        assert 0 < run["rss_mb_supernode"] < run["peak_rss_mb_node_max"] < 2048
+        assert run["rss_mb_executor"] > 0
+    assert "nodes:" in format_table("nodes", result)

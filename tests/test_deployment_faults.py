@@ -32,7 +32,6 @@ from fedbandit.results import read_json
 
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).parent
 #: A tiny Fed-PE run: 6 clients, T = 256 (about 10 rounds).
 TINY = ["--set", "instance.num_clients=6", "--set", "horizon=256", "--quiet"]
 TWO_ALGORITHMS = ["--set", 'algorithms=["fedpe", "fedpe_enhanced"]']
@@ -196,43 +195,6 @@ def test_lost_node_under_drop_without_a_replacement(deployment, tmp_path):
     assert (clients["pulls"] == 256).all()
     shown = (tmp_path / "run.out").read_text()
     assert "fedpe/seed_1 went on without clients [4, 5]" in shown, shown
-
-
-#: Calls of the SuperLink's store that fail with "database is locked" (HTTP 500), before the
-#: store is touched: pushes of the ServerApp's messages and of the nodes' replies, the ServerApp's
-#: pulls of replies, the nodes' pulls of their messages (``tests/store_faults``).
-STORE_FAULTS = "store_message_and_object_tree:9,10,31;get_message_res:20,21;get_message_ins:50,51"
-
-
-def test_a_locked_store_is_retried_not_a_lost_node(deployment, tmp_path):
-    """The SuperLink's SQLite store refuses a few requests of every kind with "database is locked"
-    (HTTP 500), two of them in a row, as it did at 16 SuperNodes (issue 40, item 2). The nodes and
-    the ServerApp ask again after Flower's back-off: no node is lost, the run ends with exit 0 and
-    its results equal a local run's. Flower alone gives up on the first 500."""
-    local = tmp_path / "local"
-    experiment = ["fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]', "--seeds", "1"]
-    subprocess.run([*FEDBANDIT, "run", *experiment, "--out", str(local)], check=True)
-    faults = {
-        "FEDBANDIT_TEST_STORE_FAULTS": STORE_FAULTS,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(HERE / "store_faults"), os.environ.get("PYTHONPATH")])
-        ),
-    }
-    superlink = start_loopback(deployment, ["0-2", "3-5"], link_env=faults)
-    run = start_run(tmp_path, superlink, "--set", 'algorithms=["fedpe"]', "--seeds", "1")
-    code, stderr = finish(run, tmp_path, timeout=300)
-    assert code == 0, stderr + deployment.logs()
-    assert "Traceback" not in stderr
-    injected = deployment.log("superlink").count("store fault:")
-    assert injected == STORE_FAULTS.count(",") + STORE_FAULTS.count(":"), deployment.logs()
-    retried = sum(deployment.log(f"node{i}").count("answered HTTP 500") for i in range(2))
-    assert retried >= 2, deployment.logs()
-    out = tmp_path / "out"
-    assert read_json(out / "manifest.json")["status"] == "complete"
-    assert not read_json(out / "runs" / "fedpe" / "seed_0.json").get("dropped")
-    for suffix in ("regret", "comm", "clients"):
-        name = f"runs/fedpe/seed_0.{suffix}.csv"
-        pd.testing.assert_frame_equal(pd.read_csv(local / name), pd.read_csv(out / name))
 
 
 def test_superlink_killed_mid_run(deployment, tmp_path):

@@ -1,12 +1,18 @@
 """A SuperLink's HTTP 500 ("database is locked" under load) is retried on the SuperNode and in the
 ServerApp with Flower's back-off, a bounded number of times in a row; every other status keeps
-Flower's rule. Run on Flower's own retry invoker with its waits skipped. The deployment whose
-store fails on purpose is in ``test_deployment_faults.py``."""
+Flower's rule. Run on Flower's own retry invoker with its waits skipped, and on a deployment
+whose SuperLink store fails on purpose (about 40 s, in the default tier: it needs no timing)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import httpx
+import pandas as pd
 import pytest
+from flower_deploy import FEDBANDIT, Deployment, start_loopback
 from flwr.supercore.retry import make_simple_http_retry_invoker
 
 from fedbandit.flower.internals import server_error_retry
@@ -16,6 +22,9 @@ from fedbandit.flower.internals.server_error_retry import (
     install_supernode,
     tolerate_server_errors,
 )
+from fedbandit.results import read_json
+
+HERE = Path(__file__).parent
 
 
 def status_error(code: int) -> httpx.HTTPStatusError:
@@ -122,3 +131,51 @@ def test_a_deployed_serverapps_grid_retries_and_a_simulated_one_is_left_alone():
 def test_retries_must_not_be_negative():
     with pytest.raises(ValueError, match="retries"):
         server_error_retry.ServerErrorTolerance(make_simple_http_retry_invoker(), -1)
+
+
+#: A tiny Fed-PE run: 6 clients, T = 256.
+TINY = ["--set", "instance.num_clients=6", "--set", "horizon=256", "--quiet"]
+
+#: Calls of the SuperLink's store that fail with "database is locked" (HTTP 500), before the
+#: store is touched: pushes of the ServerApp's messages and of the nodes' replies, the ServerApp's
+#: pulls of replies, the nodes' pulls of their messages (``tests/store_faults``).
+STORE_FAULTS = "store_message_and_object_tree:9,10,31;get_message_res:20,21;get_message_ins:50,51"
+
+
+def test_a_locked_store_is_retried_not_a_lost_node(tmp_path):
+    """The SuperLink's SQLite store refuses a few requests of every kind with "database is locked"
+    (HTTP 500), two of them in a row, as it did at 16 SuperNodes (issue 40, item 2). The nodes and
+    the ServerApp ask again after Flower's back-off: no node is lost, the run ends with exit 0 and
+    its results equal a local run's. Flower alone gives up on the first 500."""
+    local, out = tmp_path / "local", tmp_path / "out"
+    experiment = ["fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]', "--seeds", "1"]
+    subprocess.run([*FEDBANDIT, "run", *experiment, "--out", str(local)], check=True)
+    faults = {
+        "FEDBANDIT_TEST_STORE_FAULTS": STORE_FAULTS,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(HERE / "store_faults"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    deployment = Deployment(tmp_path)
+    try:
+        superlink = start_loopback(deployment, ["0-2", "3-5"], link_env=faults)
+        connect = ["--superlink", superlink, "--insecure", "--out", str(out)]
+        run = subprocess.run(
+            [*FEDBANDIT, "run", *experiment, "--runtime", "flower", *connect],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        deployment.close()
+    assert run.returncode == 0, run.stderr + deployment.logs()
+    assert "Traceback" not in run.stderr
+    injected = deployment.log("superlink").count("store fault:")
+    assert injected == STORE_FAULTS.count(",") + STORE_FAULTS.count(":"), deployment.logs()
+    retried = sum(deployment.log(f"node{i}").count("answered HTTP 500") for i in range(2))
+    assert retried >= 2, deployment.logs()
+    assert read_json(out / "manifest.json")["status"] == "complete"
+    assert not read_json(out / "runs" / "fedpe" / "seed_0.json").get("dropped")
+    for suffix in ("regret", "comm", "clients"):
+        name = f"runs/fedpe/seed_0.{suffix}.csv"
+        pd.testing.assert_frame_equal(pd.read_csv(local / name), pd.read_csv(out / name))

@@ -399,6 +399,14 @@ def bench_deploy(quick: bool = False) -> dict[str, Any]:
     return deploy_benchmark(quick=quick)
 
 
+def bench_nodes(quick: bool = False) -> dict[str, Any]:
+    """Fed-PE on 1, 2, 4, 8, 16 and 32 SuperNodes of one machine (M = 240, T = 4,096): round
+    time, retried SuperLink errors and memory per SuperNode (``fedbandit.bench.nodes``)."""
+    from fedbandit.bench.nodes import nodes_benchmark
+
+    return nodes_benchmark(quick=quick)
+
+
 def bench_sweep(quick: bool = False) -> dict[str, Any]:
     """A study's overhead over its tasks' own seconds (``fedbandit.bench.sweep``)."""
     from fedbandit.bench.sweep import bench_sweep as sweep_benchmark
@@ -485,7 +493,11 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "flowersim": bench_flowersim,
     "deploy": bench_deploy,
     "privacy": bench_privacy,
+    "nodes": bench_nodes,
 }
+#: Benchmarks that ``all`` (``make bench``) leaves out: run them by name. ``nodes`` starts up to 32
+#: SuperNodes of about 400 MB each and takes about half an hour here.
+ON_REQUEST = frozenset({"nodes"})
 
 
 def _best_of(repeats: int) -> str:
@@ -673,6 +685,10 @@ def format_table(name: str, result: dict[str, Any]) -> str:
             "flowersim: `fedbandit run fedpe_tiny` (fedpe), whole commands side by side"
             f"{' [quick]' if result['quick'] else ''}"
         )
+    elif name == "nodes":
+        from fedbandit.bench.nodes import format_nodes
+
+        title, rows = format_nodes(result)
     elif name == "deploy":
         from fedbandit.bench.deploy import format_deploy
 

@@ -288,10 +288,10 @@ class Cluster:
         self.superlink = f"127.0.0.1:{port}"
         return self.superlink
 
-    def start_nodes(self, num_clients: int, tag: str) -> list[str]:
-        """One SuperNode per range of ``client_ranges(num_clients, NUM_NODES)``; their names."""
+    def start_nodes(self, num_clients: int, tag: str, num_nodes: int = NUM_NODES) -> list[str]:
+        """One SuperNode per range of ``client_ranges(num_clients, num_nodes)``; their names."""
         names = []
-        for i, clients in enumerate(client_ranges(num_clients, NUM_NODES)):
+        for i, clients in enumerate(client_ranges(num_clients, num_nodes)):
             name = f"{tag}-node{i}"
             self.start(
                 name,
@@ -365,17 +365,21 @@ class Cluster:
 
 
 def wait_for_nodes(
-    cluster: Cluster, submission: Submission, exclude: set[str], timeout: float = 180.0
+    cluster: Cluster,
+    submission: Submission,
+    exclude: set[str],
+    timeout: float = 180.0,
+    count: int = NUM_NODES,
 ) -> set[str]:
-    """Wait until ``NUM_NODES`` nodes not in ``exclude`` are online, and none of ``exclude``."""
+    """Wait until ``count`` nodes not in ``exclude`` are online, and none of ``exclude``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         cluster.check_alive()
         nodes = submission.online_nodes()
-        if len(nodes - exclude) >= NUM_NODES and not nodes & exclude:
+        if len(nodes - exclude) >= count and not nodes & exclude:
             return nodes
         time.sleep(1.0)
-    raise TimeoutError(f"{NUM_NODES} SuperNodes not online after {timeout} s:\n{cluster.logs()}")
+    raise TimeoutError(f"{count} SuperNodes not online after {timeout} s:\n{cluster.logs()}")
 
 
 def experiment_args(num_clients: int, horizon: int) -> list[str]:

@@ -1,0 +1,175 @@
+"""``fedbandit bench nodes``: one Flower deployment on loopback per node count, measured in one run.
+
+For each count N of ``NODE_COUNTS`` the benchmark starts a SuperLink (its SQLite state, as
+``fedbandit superlink`` keeps it by default) and N SuperNodes (``fedbandit supernode``, each with
+its warm ClientApp executor) serving ``CLIENTS`` = 240 clients in contiguous ranges, runs
+``fedbandit run fedpe_tiny`` (Fed-PE, one seed, T = 4,096) on them, and stops every process before
+the next count. Per count: the wall time of the command, the median and 90th-percentile round
+(``seed_0.latency.csv``'s ``exchange_s``: from the ServerApp's push to its last reply), whether
+the regret curve equals a local run's byte for byte, clients dropped, the SuperLink's HTTP 500
+answers that the nodes retried (``fedbandit.flower.internals.server_error_retry``), and the
+resident memory of each SuperNode: the peak of its process tree (SuperNode and executor, sampled
+every 0.2 s) and, after the run, the SuperNode process and the executor apart.
+
+Every node shares this machine's cores, so the round time here grows with N for want of CPU (each
+idle node polls the SuperLink every 0.2 s), not for want of network: it is the figure of a
+laptop or a single test host, an upper bound for nodes on hosts of their own.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fedbandit.bench.deploy import (
+    RUN_TIMEOUT,
+    Cluster,
+    RssSampler,
+    _children_map,
+    _seed_file,
+    experiment_args,
+    median_p90,
+    process_tree,
+    rss_kb,
+    run_fedbandit,
+    sigterm_as_interrupt,
+    wait_for_nodes,
+)
+from fedbandit.flower.deployment import Submission
+from fedbandit.results import read_json
+
+NODE_COUNTS = (1, 2, 4, 8, 16, 32)
+CLIENTS = 240
+HORIZON = 4096
+QUICK_COUNTS = (1, 2)
+QUICK_CLIENTS = 8
+QUICK_HORIZON = 16
+#: What a SuperNode's log says when it asks again after an HTTP 500.
+RETRY_LINE = "answered HTTP 500"
+
+
+def node_memory_split(pid: int) -> tuple[float, float]:
+    """(SuperNode process, its descendants) resident memory in MiB of the node started as
+    ``pid`` (the ``fedbandit supernode`` process, which becomes the SuperNode)."""
+    tree = process_tree(pid, _children_map())
+    own = rss_kb(tree[0]) / 1024
+    return own, sum(rss_kb(child) for child in tree[1:]) / 1024
+
+
+def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dict[str, Any]:
+    """One deployment of ``num_nodes`` SuperNodes and one ``fedbandit run`` on it."""
+    folder = root / f"nodes-{num_nodes}"
+    folder.mkdir()
+    cluster = Cluster(folder)
+    try:
+        cluster.start_superlink()
+        submission = Submission(
+            cluster.superlink, folder / "flwr-cli", insecure=True, run_timeout=RUN_TIMEOUT
+        )
+        names = cluster.start_nodes(clients, "node", num_nodes)
+        started = time.perf_counter()
+        wait_for_nodes(cluster, submission, exclude=set(), timeout=600.0, count=num_nodes)
+        startup = time.perf_counter() - started
+        roots = {name: cluster.processes[name].pid for name in names}
+        roots["superlink"] = cluster.processes["superlink"].pid
+        experiment = experiment_args(clients, horizon)
+        out = folder / "flower"
+        connect = ["--runtime", "flower", "--superlink", cluster.superlink, "--insecure"]
+        with RssSampler(roots) as sampler:
+            wall = run_fedbandit(
+                ["run", *experiment, *connect, "--out", str(out)], folder / "flower.log"
+            )
+        split = [node_memory_split(cluster.processes[name].pid) for name in names]
+        retries = sum(cluster.tail(name, 10**6).count(RETRY_LINE) for name in names)
+    finally:
+        cluster.close()
+    local = folder / "local"
+    run_fedbandit(["run", *experiment, "--runtime", "local", "--out", str(local)], folder / "l.log")
+    latency = pd.read_csv(_seed_file(out, "latency.csv"))
+    seed = read_json(_seed_file(out, "json"))
+    median, p90 = median_p90(latency["exchange_s"])
+    peaks = sorted(sampler.peak_mb[name] for name in names)
+    return {
+        "nodes": num_nodes,
+        "M": clients,
+        "T": horizon,
+        "rounds": len(latency),
+        "startup_s": startup,
+        "wall_s": wall,
+        "median_round_s": median,
+        "p90_round_s": p90,
+        "identical": _seed_file(out, "regret.csv").read_bytes()
+        == _seed_file(local, "regret.csv").read_bytes(),
+        "dropped": len(seed.get("dropped") or {}),
+        "retried_500": retries,
+        "peak_rss_mb_node_median": float(pd.Series(peaks).median()),
+        "peak_rss_mb_node_max": peaks[-1],
+        "rss_mb_supernode": float(pd.Series([own for own, _ in split]).median()),
+        "rss_mb_executor": float(pd.Series([child for _, child in split]).median()),
+        "peak_rss_mb_superlink": sampler.peak_mb["superlink"],
+    }
+
+
+def nodes_benchmark(
+    quick: bool = False, workdir: Path | None = None, counts: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """Every count of ``NODE_COUNTS`` (``QUICK_COUNTS`` with ``quick``) in turn. State and logs go
+    to a temporary folder, removed after a successful run (kept after a failure); with
+    ``workdir`` they go there and are kept."""
+    counts = tuple(counts or (QUICK_COUNTS if quick else NODE_COUNTS))
+    clients, horizon = (QUICK_CLIENTS, QUICK_HORIZON) if quick else (CLIENTS, HORIZON)
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="fedbandit-bench-nodes-", dir=workdir))
+    rows = []
+    ok = False
+    with sigterm_as_interrupt():
+        try:
+            for count in counts:
+                rows.append(measure_count(root, count, clients, horizon))
+            ok = True
+        except BaseException:
+            print(f"fedbandit bench nodes: failed; logs kept in {root}", file=sys.stderr)
+            raise
+        finally:
+            if ok and workdir is None:
+                shutil.rmtree(root, ignore_errors=True)
+    return {"quick": quick, "counts": list(counts), "runs": rows}
+
+
+def format_nodes(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
+    """Title and rows of ``fedbandit bench nodes``: one row per node count."""
+    runs = result["runs"]
+    first = runs[0] if runs else {"M": 0, "T": 0}
+    title = f"nodes: fedpe_tiny (Fed-PE) M={first['M']} T={first['T']} on N SuperNodes, one machine"
+    rows: list[tuple[str, ...]] = [
+        (
+            "N", "rounds", "wall s", "median round s", "p90 round s", "x N=1",
+            "same as local", "dropped", "500s retried", "node peak MB", "SuperNode / executor MB",
+        )
+    ]  # fmt: skip
+    base = runs[0]["median_round_s"] if runs else float("nan")
+    for run in runs:
+        rows.append(
+            (
+                str(run["nodes"]),
+                str(run["rounds"]),
+                f"{run['wall_s']:.1f}",
+                f"{run['median_round_s']:.2f}",
+                f"{run['p90_round_s']:.2f}",
+                f"{run['median_round_s'] / base:.1f}",
+                str(run["identical"]).lower(),
+                str(run["dropped"]),
+                str(run["retried_500"]),
+                f"{run['peak_rss_mb_node_median']:.0f} (max {run['peak_rss_mb_node_max']:.0f})",
+                f"{run['rss_mb_supernode']:.0f} / {run['rss_mb_executor']:.0f}",
+            )
+        )
+    return title, rows
