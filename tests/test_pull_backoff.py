@@ -52,7 +52,7 @@ def test_install_shortens_the_waits_and_can_be_repeated(fake_module, monkeypatch
     # the SuperNode waits a default round for its message: giving up early only loses it
     pull_backoff.install(module.__name__, max_time=pull_backoff.SUPERNODE_OBJECT_WAIT_SECONDS)
     module.pull_objects(["a"], lambda i: b"")
-    assert module.max_times[-1] == 120.0
+    assert module.max_times[-1] == 60.0
 
 
 def test_the_environment_chooses_the_waits_or_flowers(fake_module, monkeypatch):
