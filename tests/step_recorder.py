@@ -36,3 +36,26 @@ def record_steps(groups) -> dict[int, dict]:
 
         env.observe, env.pull = observing, pulling
     return steps
+
+
+def run_recording_syncs(server, groups, horizon: int) -> tuple[dict[int, dict], list[int]]:
+    """Run ``server`` and ``groups`` in process, recording every step (``record_steps``) and the
+    global steps after which a sync (a ``collect`` exchange) began; checks every step ran."""
+    from fedbandit.federation.runtime import InProcessRuntime, run_federation
+
+    steps = record_steps(groups)
+    runtime = InProcessRuntime(groups)
+    syncs: list[int] = []
+
+    class Recording:
+        def exchange(self, message):
+            if message.kind == "collect":
+                syncs.append(groups[0].env.round - 1)
+            return runtime.exchange(message)
+
+        def __getattr__(self, name):
+            return getattr(runtime, name)
+
+    run_federation(server, Recording())
+    assert sorted(steps) == list(range(horizon))
+    return steps, syncs

@@ -11,11 +11,10 @@ import math
 
 import numpy as np
 import pytest
-from step_recorder import record_steps
+from step_recorder import run_recording_syncs
 
 from fedbandit.algorithms.heterogeneous_linucb import hlinucb_constants, hlinucb_radius
 from fedbandit.contextual.instances import ContextualParams, contextual_instance, dissimilarity
-from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.simulation import build_federation, simulate
 
 M, K, D_DIM, ROUNDS = 4, 5, 3, 100
@@ -152,21 +151,7 @@ def _run_ours(params: dict, group_size: int | None = None):
     server, groups = build_federation(
         instance, "hlinucb", HORIZON, [7, 0], params, group_size=group_size
     )
-    steps = record_steps(groups)
-    runtime = InProcessRuntime(groups)
-    syncs: list[int] = []
-
-    class Recording:
-        def exchange(self, message):
-            if message.kind == "collect":
-                syncs.append(groups[0].env.round - 1)
-            return runtime.exchange(message)
-
-        def __getattr__(self, name):
-            return getattr(runtime, name)
-
-    run_federation(server, Recording())
-    assert sorted(steps) == list(range(HORIZON))
+    steps, syncs = run_recording_syncs(server, groups, HORIZON)
     return instance, steps, syncs
 
 

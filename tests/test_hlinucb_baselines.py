@@ -13,10 +13,9 @@ import math
 
 import numpy as np
 import pytest
-from step_recorder import record_steps
+from step_recorder import run_recording_syncs
 
 from fedbandit.contextual.instances import ContextualParams, contextual_instance
-from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.simulation import build_federation
 
 M, K, D_DIM, ROUNDS = 4, 5, 3, 100
@@ -45,21 +44,7 @@ def _run_ours(algorithm: str, params: dict):
     """Per global step the actor, contexts, arm and reward; the steps after which a sync began."""
     instance = _instance()
     server, groups = build_federation(instance, algorithm, HORIZON, [7, 0], params)
-    steps = record_steps(groups)
-    runtime = InProcessRuntime(groups)
-    syncs: list[int] = []
-
-    class Recording:
-        def exchange(self, message):
-            if message.kind == "collect":
-                syncs.append(groups[0].env.round - 1)
-            return runtime.exchange(message)
-
-        def __getattr__(self, name):
-            return getattr(runtime, name)
-
-    run_federation(server, Recording())
-    assert sorted(steps) == list(range(HORIZON))
+    steps, syncs = run_recording_syncs(server, groups, HORIZON)
     return instance, steps, syncs
 
 
