@@ -68,6 +68,14 @@ def _pull_counts(weights: np.ndarray, length: float, active: np.ndarray, out: np
         out[j] = 0 if w <= WEIGHT_FLOOR else np.int64(np.ceil(length * w))
 
 
+def executed_counts(requested: np.ndarray, remaining: np.ndarray) -> np.ndarray:
+    """The pulls a client makes of ``requested`` (M, K) within its ``remaining`` budget (M,):
+    arms in order, the running total clipped at the budget (``BanditEnvironment.pull_counts``),
+    n_{i,a} = min(sum_{b<=a} c_{i,b}, R_i) - min(sum_{b<a} c_{i,b}, R_i)."""
+    total = np.minimum(np.cumsum(requested, axis=1), np.asarray(remaining)[:, None])
+    return np.diff(total, axis=1, prepend=np.zeros((len(total), 1), dtype=total.dtype))
+
+
 def squared_norms(features: np.ndarray) -> np.ndarray:
     """||x_{i,a}||^2, shape (M, K)."""
     return np.einsum("mkd,mkd->mk", features, features)

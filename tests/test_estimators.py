@@ -13,6 +13,7 @@ from fedbandit.estimators import (
     eliminate_cumulative,
     eliminate_phase,
     enhanced_alpha,
+    executed_counts,
     fedpe_alpha,
     last_phase,
     phase_length,
@@ -211,3 +212,29 @@ def test_fedpe_aggregate_from_summed_shares_by_hand():
         shares.sum(axis=0), counts, directions, np.array([0, 0]), 1
     )
     np.testing.assert_allclose(theta, [[5 / 3, 2.0]])
+
+
+def test_executed_counts_stop_at_each_clients_budget_in_arm_order():
+    requested = np.array([[4, 2, 3], [1, 0, 5], [2, 2, 2]])
+    remaining = np.array([5, 10, 0])
+    # client 0: 4 of arm 0, then 1 of arm 1's 2, none of arm 2; client 1: everything (6 <= 10);
+    # client 2: no budget left
+    np.testing.assert_array_equal(
+        executed_counts(requested, remaining), [[4, 1, 0], [1, 0, 5], [0, 0, 0]]
+    )
+
+
+def test_executed_counts_equal_the_environments_pulls():
+    from fedbandit.environment import BanditEnvironment
+    from fedbandit.instances import LinearBanditInstance
+
+    rng = np.random.default_rng(3)
+    features = rng.normal(size=(6, 5, 2))
+    instance = LinearBanditInstance(features, rng.normal(size=(5, 2)), 1.0, shared_parameter=False)
+    env = BanditEnvironment(instance, np.arange(6), horizon=40, entropy=[0, 0])
+    for _ in range(4):
+        requested = rng.integers(0, 6, size=(6, 5))
+        expected = executed_counts(requested, env.remaining())
+        executed, _ = env.pull_counts(requested)
+        np.testing.assert_array_equal(executed, expected)
+    assert (env.remaining() == 0).any()  # some budget ran out on the way

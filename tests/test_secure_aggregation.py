@@ -294,7 +294,11 @@ def secure_run(
 
     server.aggregate = recording
     ranges = discover_nodes(grid, job, instance.num_clients)
-    settings = SecureSettings(server.secure_fields) if secure else None
+    settings = (
+        SecureSettings(server.secure_fields, contributors=server.secure_contributors)
+        if secure
+        else None
+    )
     runtime = FlowerGridRuntime(
         grid, ranges, 0.3, 0.001, steps_per_round=options.steps_per_round, secure=settings
     )

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from test_secure_aggregation import flower_identity, secure_run  # noqa: F401 (a fixture)
 
+from fedbandit.algorithms.phased_elimination import PhasedEliminationServer
 from fedbandit.flower import apps
 from fedbandit.flower.secure_aggregation import MIN_CONTRIBUTORS, _blocks
 
@@ -115,3 +116,74 @@ def test_every_supported_algorithm_unmasks_no_sum_below_k(masked, experiment, al
     assert outcome.status == "complete" or "refused" in outcome.failure, outcome.failure
     assert found
     assert min(clients for *_, clients in found) >= MIN_CONTRIBUTORS, outcome.failure
+
+
+#: Algorithms whose server declares the contributors (``ServerLogic.secure_contributors``).
+DECLARING = [
+    ("fedpe_tiny", "fedpe"),
+    ("fedpe_shared_tiny", "fedpe_shared"),
+    ("fed_private_pe", "private_fedpe"),
+]
+
+
+@pytest.fixture
+def declared(monkeypatch):
+    """Every declaration of the contributors: (round, client ids, per field (clients, blocks))."""
+    calls: list[tuple[int, tuple[int, ...], dict[str, np.ndarray]]] = []
+    original = PhasedEliminationServer.secure_contributors
+
+    def recording(self, message):
+        masks = original(self, message)
+        if masks is not None:
+            calls.append((message.round, tuple(message.client_ids.tolist()), masks))
+        return masks
+
+    monkeypatch.setattr(PhasedEliminationServer, "secure_contributors", recording)
+    return calls
+
+
+@pytest.mark.parametrize(("experiment", "algorithm"), DECLARING)
+def test_fedpe_declares_exactly_the_blocks_its_clients_fill(
+    masked, declared, experiment, algorithm
+):
+    """Fed-PE's server knows from its own request which client fills which block (its design
+    fixes every pull, within each client's horizon): no count exchange runs, and the declared
+    flags equal, client by client, the non-zero blocks of the values the nodes sum."""
+    outcome, _, _, runtime = secure_run(experiment, algorithm)
+    assert outcome.status == "complete", outcome.failure
+    report = runtime.session.report()
+    assert report["count_exchanges"] == 0
+    assert report["declared_exchanges"] == len(declared) == runtime.secure_report["exchanges"] > 0
+    filled: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+    for round_, clients, fields in masked:
+        for row, client in enumerate(clients):
+            filled[round_, client] = {name: flags[row] for name, flags in fields.items()}
+    compared = 0
+    for round_, clients, fields in declared:
+        for row, client in enumerate(clients):
+            for name, flags in fields.items():
+                np.testing.assert_array_equal(flags[row], filled[round_, client][name])
+                compared += 1
+    assert compared == sum(len(clients) for _, clients, _ in declared)
+    assert report["fewest_contributing_clients"] >= MIN_CONTRIBUTORS
+
+
+def test_a_node_refuses_to_send_a_value_the_server_did_not_count(monkeypatch, masked):
+    """A declaration that leaves out one client's block (a wrong server): the node serving that
+    client refuses to send (its error names why, and it is lost), so no sum holds that client's
+    values uncounted."""
+    original = PhasedEliminationServer.secure_contributors
+
+    def short(self, message):
+        masks = original(self, message)
+        if masks is not None:
+            flags = masks["weighted_estimate"].copy()
+            flags[0, np.flatnonzero(flags[0])[0]] = False
+            masks = {"weighted_estimate": flags}
+        return masks
+
+    monkeypatch.setattr(PhasedEliminationServer, "secure_contributors", short)
+    outcome, _, _, _ = secure_run("fedpe_tiny", "fedpe")
+    assert outcome.status != "complete"
+    assert "did not count as theirs" in outcome.failure
+    assert masked and all(0 not in clients for _, clients, _ in masked)

@@ -40,6 +40,7 @@ from fedbandit.estimators import (
     eliminate_cumulative,
     eliminate_phase,
     enhanced_alpha,
+    executed_counts,
     fedpe_alpha,
     last_phase,
     phase_length,
@@ -113,6 +114,8 @@ class PhasedEliminationServer(ServerLogic):
         self.theta = np.zeros((self.num_groups, spec.dim))
         self.cov = np.zeros((self.num_groups, spec.dim, spec.dim))
         self.min_sq_norm: float | None = None
+        #: Each client's pulls so far, from the reports' executed counts.
+        self.pulls = np.zeros(spec.num_clients, dtype=np.int64)
         self.phase, self.round, self.stage = 0, 0, "explore"
         self.design_log: list[dict[str, float]] = []
 
@@ -193,6 +196,7 @@ class PhasedEliminationServer(ServerLogic):
         else:
             counts = np.zeros(self.active.shape, dtype=np.int64)
             counts[rows] = reply.fields["counts"]
+        self.pulls[rows] += reply.fields["counts"].sum(axis=1, dtype=np.int64)
         if self.phase == 0:
             self._learn_vectors(reply, rows)
         assert self.vectors is not None
@@ -242,6 +246,21 @@ class PhasedEliminationServer(ServerLogic):
         if message.kind == "explore" and int(message.fields["phase"][0]) >= 1:
             return super().secure_fields(message)
         return frozenset()
+
+    def secure_contributors(self, message: Message) -> dict[str, np.ndarray] | None:
+        """An explore message fixes every client's pulls: n_{i,a} = ceil(f(p) pi_{i,a}) on its
+        active arms (``pull_counts``), within what is left of its horizon (``executed_counts``,
+        from the counts reported so far). Client i's s_{i,g} holds data exactly when it pulls an
+        arm of group g."""
+        if not self.secure_fields(message):
+            return None
+        rows = self._rows(message.client_ids)
+        phase = int(message.fields["phase"][0])
+        fields = message.fields
+        requested = pull_counts(fields["weights"], phase_length(phase), fields["active"])
+        executed = executed_counts(requested, self.spec.horizon - self.pulls[rows])
+        member = self.group[:, None] == np.arange(self.num_groups)  # (K, G)
+        return {"weighted_estimate": (executed > 0).astype(np.int64) @ member > 0}
 
     def _weights(self, counts: np.ndarray) -> np.ndarray:
         """Each estimate's weight in the aggregation: its pull count n (Fed-PE)."""

@@ -47,6 +47,16 @@ class ServerLogic(ABC):
         only some messages of a kind can be summed (Fed-PE's phase 0 reports stay per client)."""
         return self.secure_sums().get(message.kind, frozenset())
 
+    def secure_contributors(self, message: Message) -> Mapping[str, np.ndarray] | None:
+        """Which clients' data fill each block of each summed field (``secure_fields``) of the
+        replies to ``message``, when the message itself settles it: per field a (clients, blocks)
+        bool array, True where the client's values enter the block (a block is the index after
+        the client axis; a field of one value per client is one block). Secure aggregation then
+        takes each sum's contributors from it instead of counting them in a masked exchange
+        first (half the round trips), and every node refuses to send a value outside it. None
+        (the default): the contributors are counted."""
+        return None
+
     def bookkeeping_fields(self) -> frozenset[str]:
         """The fields of this protocol's messages, in either direction, that are bookkeeping:
         flags that steer the protocol (a client's sync trigger, the server's collect request,

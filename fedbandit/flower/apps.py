@@ -69,6 +69,7 @@ from fedbandit.flower.secure_aggregation import (
     held_values,
     open_session,
     secure_reply,
+    undeclared_values,
     unwrap_request,
 )
 from fedbandit.instances import Instance
@@ -326,6 +327,13 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
             return Message(count_reply(summable, summed, holds, seconds), reply_to=message)
         if leaked := held_values(summable, summed, request.held):
             raise RuntimeError(f"the clients did not hold back blocks {request.held} of {leaked}")
+        if request.expect is not None and (
+            beyond := undeclared_values(summable, summed, request.expect)
+        ):
+            raise RuntimeError(
+                f"the clients filled blocks of {beyond} that the server did not count as "
+                "theirs: not sent"
+            )
         return Message(secure_reply(summable, summed, seconds), reply_to=message)
 
     @app.query("regret")
@@ -476,7 +484,9 @@ def _secure_settings(job: FlowerJob, server: ServerLogic, num_nodes: int) -> Sec
             f"clients: start more SuperNodes, each with its own --clients range"
         )
     minimum = getattr(options, "secure_min_contributors", None) or MIN_CONTRIBUTORS
-    settings = SecureSettings(server.secure_fields, options.secure_threshold, minimum)
+    settings = SecureSettings(
+        server.secure_fields, options.secure_threshold, minimum, server.secure_contributors
+    )
     if num_nodes > secure_sum.MAX_NODES:
         raise DeploymentError(
             f"secure aggregation sums at most {secure_sum.MAX_NODES} nodes (SecAgg+'s modulus "

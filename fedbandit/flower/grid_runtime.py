@@ -404,6 +404,7 @@ class FlowerGridRuntime(Runtime):
                 self._set_ahead(content, node, 1)
             requests[node] = request_content(content, summed)
         assert self.secure is not None
+        declared = self._declared(message, sent, requests)
         threshold = self.secure.threshold_for(len(requests))
         started = time.perf_counter()
         outcome, broken = None, ""
@@ -419,6 +420,7 @@ class FlowerGridRuntime(Runtime):
                     self.poll_seconds,
                     threshold,
                     self.stop,
+                    declared,
                 )
             except (MalformedReplyError, ValueError, KeyError, TypeError) as err:
                 broken = f"a reply it cannot use: {err}"  # inside the sum: nothing is usable
@@ -477,6 +479,28 @@ class FlowerGridRuntime(Runtime):
         if failures:
             raise self._failure(failures, reply)
         return reply
+
+    def _declared(
+        self, message: BanditMessage, sent: dict[int, BanditMessage], requests: Mapping[int, object]
+    ) -> dict[int, dict[str, np.ndarray]] | None:
+        """The server's declared contributors (``ServerLogic.secure_contributors``) split by node,
+        or None (they are counted); a ValueError when they do not fit the message."""
+        assert self.secure is not None
+        declared = self.secure.contributors(message)
+        if declared is None:
+            return None
+        masks = {name: np.asarray(mask, dtype=bool) for name, mask in declared.items()}
+        for name, mask in masks.items():
+            if mask.ndim != 2 or len(mask) != message.num_clients:
+                raise ValueError(
+                    f"round {message.round}: declared contributors of {name!r} have shape "
+                    f"{mask.shape}, expected ({message.num_clients}, blocks)"
+                )
+        split = {}
+        for node in requests:
+            rows = np.flatnonzero(np.isin(message.client_ids, sent[node].client_ids))
+            split[node] = {name: mask[rows] for name, mask in masks.items()}
+        return split
 
     def _halted(
         self,

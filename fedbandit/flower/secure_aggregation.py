@@ -25,7 +25,11 @@ Then the *sum*, in which the blocks that 1 to k - 1 clients would fill are held 
 keep them for a later exchange (``hold``; DisLinUCB's and H-LinUCB's syncs). An algorithm whose
 clients cannot hold blocks back stops the seed instead (``SecureRefusalError``), and a node lost in
 the sum's masked-vector stage that could leave a block below k (fewer than k nodes left in it:
-each holds at least one contributing client) stops it before the unmasking.
+each holds at least one contributing client) stops it before the unmasking. When the server's
+request itself settles which clients fill which block (``ServerLogic.secure_contributors``:
+Fed-PE's design fixes every pull), there is no count: the contributors are taken from it, a
+block below k refuses the exchange, and each node gets its clients' part of it with the sum
+(``expect``) and refuses to send a value outside it.
 
 The workflow returns sum(w_i x_i) / sum(w_i): every node gives weight 1 (``num_examples`` = 1 =
 ``max_weight``), so the result is the sum over the n survivors divided by n, multiplied back here
@@ -74,11 +78,13 @@ __all__ = [
     "SecureSettings",
     "close_session",
     "count_reply",
+    "declared_counts",
     "default_threshold",
     "open_session",
     "request_content",
     "secure_exchange",
     "secure_reply",
+    "undeclared_values",
     "unwrap_request",
 ]
 
@@ -99,6 +105,9 @@ MIN_CONTRIBUTORS = 3
 SUMMED_KEY = "secure-summed"
 PHASE_KEY = "secure-phase"
 HOLD_KEY = "secure-hold"
+#: A sum's FitIns config key, when the server declared the contributors: per summed field, per
+#: client of the node, the blocks it may fill (JSON).
+EXPECT_KEY = "secure-expect"
 #: A count's FitRes metrics keys: the blocks of each summed field (JSON) and whether the node's
 #: clients can hold blocks back (``ClientLogic.HOLDS_SECURE_BLOCKS``).
 BLOCKS_KEY = "secure-blocks"
@@ -120,6 +129,8 @@ class SecureSettings:
     fields: Callable[[BanditMessage], frozenset[str]]
     threshold: int | None = None
     min_contributors: int = MIN_CONTRIBUTORS
+    #: The server's ``secure_contributors``: which clients fill which blocks, or None (counted).
+    contributors: Callable[[BanditMessage], Mapping[str, np.ndarray] | None] = lambda _: None
 
     def threshold_for(self, num_nodes: int) -> int:
         """Nodes that must survive a secure exchange among ``num_nodes``: the setting or the
@@ -156,6 +167,8 @@ class SecureRequest:
     phase: str = "sum"
     blocks: int = 0
     held: tuple[int, ...] = ()
+    #: Per summed field, per client, the blocks it may fill (None: not declared).
+    expect: dict[str, list[list[int]]] | None = None
 
     def hold(self, num_clients: int) -> np.ndarray:
         """The ``hold`` field of the request: (clients, blocks), True where held back."""
@@ -164,12 +177,23 @@ class SecureRequest:
         return hold
 
 
-def with_phase(fitins: FitIns, phase: str, blocks: int = 0, held: Iterable[int] = ()) -> FitIns:
-    """``fitins`` (of ``request_content``) for a phase of the exchange."""
+def with_phase(
+    fitins: FitIns,
+    phase: str,
+    blocks: int = 0,
+    held: Iterable[int] = (),
+    expect: Mapping[str, np.ndarray] | None = None,
+) -> FitIns:
+    """``fitins`` (of ``request_content``) for a phase of the exchange; ``expect``: per summed
+    field, the node's (clients, blocks) part of the declared contributors."""
     config = dict(fitins.config)
     config[PHASE_KEY] = phase
     if phase == "sum":
         config[HOLD_KEY] = json.dumps({"blocks": int(blocks), "held": sorted(int(b) for b in held)})
+    if expect is not None:
+        config[EXPECT_KEY] = json.dumps(
+            {name: [np.flatnonzero(row).tolist() for row in mask] for name, mask in expect.items()}
+        )
     return FitIns(fitins.parameters, config)
 
 
@@ -181,12 +205,15 @@ def unwrap_request(content: RecordDict) -> SecureRequest:
         phase = str(config.pop(PHASE_KEY, "sum"))
         hold = json.loads(str(config.pop(HOLD_KEY, '{"blocks": 0, "held": []}')))
         blocks, held = int(hold["blocks"]), tuple(int(b) for b in hold["held"])
-    except (KeyError, ValueError, TypeError) as err:
+        expect = json.loads(str(config.pop(EXPECT_KEY))) if EXPECT_KEY in config else None
+        if expect is not None:
+            expect = {str(k): [[int(b) for b in row] for row in v] for k, v in expect.items()}
+    except (KeyError, ValueError, TypeError, AttributeError) as err:
         raise MalformedReplyError(f"not a fedbandit secure exchange: {err}") from None
     if phase not in ("count", "sum") or not all(0 <= b < blocks for b in held):
         raise MalformedReplyError(f"not a fedbandit secure exchange: phase {phase!r}, hold {hold}")
     content = RecordDict({HEADER_KEY: ConfigRecord(config)})
-    return SecureRequest(content, frozenset(summed), phase, blocks, held)
+    return SecureRequest(content, frozenset(summed), phase, blocks, held, expect)
 
 
 def _blocks(value: np.ndarray) -> np.ndarray:
@@ -228,6 +255,23 @@ def held_values(reply: BanditMessage, summed: frozenset[str], held: Iterable[int
     for name in sorted(summed & set(reply.fields)):
         filled = _blocks(reply.fields[name])
         if filled[:, [b for b in held if b < filled.shape[1]]].any():
+            found.append(name)
+    return found
+
+
+def undeclared_values(
+    reply: BanditMessage, summed: frozenset[str], expect: Mapping[str, list[list[int]]]
+) -> list[str]:
+    """The summed fields of ``reply`` in which a client has a non-zero value in a block that
+    ``expect`` (per field, per client, the blocks it may fill) does not give it: the server
+    counted the contributors without them, so the node must not send them."""
+    found = []
+    for name in sorted(summed & set(reply.fields)):
+        filled = _blocks(reply.fields[name])
+        allowed = np.zeros(filled.shape, dtype=bool)
+        for row, blocks in enumerate(expect.get(name, [])[: len(filled)]):
+            allowed[row, [b for b in blocks if b < filled.shape[1]]] = True
+        if len(expect.get(name, [])) != len(filled) or (filled & ~allowed).any():
             found.append(name)
     return found
 
@@ -303,12 +347,14 @@ class SecureSession:
     unmasked: list[tuple[int, int]] = field(default_factory=list)
     held_blocks: int = 0
     counts: int = 0
+    declared: int = 0
 
     def report(self) -> dict[str, int | None]:
         """For the seed's JSON (``report.secure_aggregation``)."""
         return {
             "min_contributors": self.min_contributors,
             "count_exchanges": self.counts,
+            "declared_exchanges": self.declared,
             "held_blocks": self.held_blocks,
             "fewest_contributing_nodes": min((n for n, _ in self.unmasked), default=None),
             "fewest_contributing_clients": min((c for _, c in self.unmasked), default=None),
@@ -550,6 +596,7 @@ def secure_exchange(
     poll_seconds: float,
     threshold: int,
     stop: threading.Event | None = None,
+    declared: Mapping[int, Mapping[str, np.ndarray]] | None = None,
 ) -> SecureOutcome:
     """One exchange through SecAgg+: ``requests`` (node -> its ``request_content``) delivered,
     the summed fields unmasked over the surviving nodes. Nodes that fail a stage (an error, or
@@ -562,7 +609,9 @@ def secure_exchange(
     first (see the module): blocks that 1 to k - 1 clients fill are held back by the clients,
     or, when they cannot, the exchange is refused (``SecureRefusalError``, nothing unmasked); a
     node lost in the sum's masked-vector stage that could leave a block below k halts it before
-    the unmasking."""
+    the unmasking. ``declared`` (node -> per summed field its clients' (clients, blocks) flags,
+    of ``ServerLogic.secure_contributors``) replaces the count: a block below k refuses the
+    exchange, and each node is sent its part to check its values against."""
     legacy_records.require()
     if len(requests) > secure_sum.MAX_NODES:
         raise ValueError(
@@ -575,7 +624,29 @@ def secure_exchange(
     held: set[int] = set()
     lost: dict[int, str] = {}
     settings = (group_index, timeout, poll_seconds, threshold, stop)
-    if k > 1:
+    if k > 1 and declared is not None:
+        contributors = declared_counts(declared)
+        short = sorted(
+            {
+                block
+                for blocks in contributors.values()
+                for block, (_, c) in enumerate(blocks)
+                if 0 < c < k
+            }
+        )
+        if short:
+            raise SecureRefusalError(
+                f"blocks {short} of the summed fields would be unmasked over fewer than {k} "
+                "contributing clients (as the server's request sets them), and this algorithm's "
+                "clients cannot hold them back: refused"
+            )
+        session.declared += 1
+        width = max((len(b) for b in contributors.values()), default=0)
+        requests = {
+            node: with_phase(fitins, "sum", width, (), declared[node])
+            for node, fitins in requests.items()
+        }
+    elif k > 1:
         count_requests = {node: with_phase(fitins, "count") for node, fitins in requests.items()}
         results, tracking, count_requests, early = _run(grid, count_requests, settings)
         session.counts += 1
@@ -644,6 +715,24 @@ def secure_exchange(
             if nodes > 0 and block not in held
         )
     return outcome
+
+
+def declared_counts(
+    declared: Mapping[int, Mapping[str, np.ndarray]],
+) -> dict[str, list[tuple[int, int]]]:
+    """Per summed field, per block, (contributing nodes, contributing clients) of the declared
+    contributors (node -> field -> (clients, blocks) flags)."""
+    names = sorted({name for fields in declared.values() for name in fields})
+    counts: dict[str, list[tuple[int, int]]] = {}
+    for name in names:
+        masks = [np.asarray(f[name], dtype=bool) for f in declared.values() if name in f]
+        width = max(mask.shape[1] for mask in masks)
+        nodes, clients = np.zeros(width, np.int64), np.zeros(width, np.int64)
+        for mask in masks:
+            nodes[: mask.shape[1]] += mask.any(axis=0)
+            clients[: mask.shape[1]] += mask.sum(axis=0)
+        counts[name] = [(int(n), int(c)) for n, c in zip(nodes, clients, strict=True)]
+    return counts
 
 
 def _unmask(
