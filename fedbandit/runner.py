@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -33,6 +34,7 @@ from fedbandit.flower.deployment import (
     UnknownRunError,
     detached_state,
     submit_detached,
+    wait_for_secure_nodes,
 )
 from fedbandit.flower.job import job_from_json
 from fedbandit.instances import Instance
@@ -177,7 +179,8 @@ def preflight(
     """Build every algorithm's server on the instance before any seed runs, so that what an
     algorithm refuses (its problem checks, too short a horizon, secure aggregation when its
     server sums nothing, a horizon longer than a replayed log) is one clear error up front, before
-    the run folder exists."""
+    the run folder exists; and a deployment whose SuperLink lists too few SuperNodes for secure
+    aggregation (``wait_for_secure_nodes``)."""
     check_horizon = getattr(instance, "check_horizon", None)
     if check_horizon is not None:
         check_horizon(config.horizon)
@@ -193,6 +196,10 @@ def preflight(
                 "without --secure-aggregation or leave it out (--algorithms); see "
                 "docs/secure-aggregation.md"
             )
+    if options is not None and options.runtime == "flower" and options.secure_aggregation:
+        # before the folder exists: a deployment with too few SuperNodes for SecAgg+
+        with tempfile.TemporaryDirectory(prefix="fedbandit-nodes-") as scratch:
+            wait_for_secure_nodes(Submission.of(options, Path(scratch)), options)
 
 
 def check_memory(

@@ -220,6 +220,9 @@ def _fake_result() -> dict:
             "M": 20,
             "T": 16,
             "secure_exchanges": 2,
+            "keys_set_up_ahead": 2,
+            "count_exchanges": 0,
+            "target_exchange_ratio": 3.0,
             "wall_s": {"plain": 10.0, "secure": 14.0},
             "wall_ratio": 1.4,
             "median_exchange_s": {"plain": 0.1, "secure": 0.5},
@@ -240,7 +243,8 @@ def test_format_table_prints_every_part():
                  "240 241 242 243", "<= 2048", "30.0 s (0.75 x part 1)",
                  "0.260 s (0.50 x part 1)", "5 fed_contextual T=60", "5 (7 with messages)",
                  "20.0 s; 1.500 s", "6 fedpe M=20 T=16, --secure-aggregation",
-                 "10.0 / 14.0 s (1.40 x)", "0.100 / 0.500 s (5.00 x)", "800 / 960 B",
+                 "10.0 / 14.0 s (1.40 x)", "0.100 / 0.500 s (5.00 x)", "<= 3 x", "2; 0",
+                 "800 / 960 B",
                  "1.00 / 3.50 MB (3.50 x)"):  # fmt: skip
         assert text in table, text
 
@@ -273,6 +277,9 @@ def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     assert 0 < contextual["flower_rounds"] < contextual["T"]
     secure = result["secure"]
     assert secure["identical"] is True and secure["secure_exchanges"] > 0
+    # Fed-PE declares its contributors (no count) and every summed round's keys were made ahead
+    assert secure["count_exchanges"] == 0
+    assert secure["keys_set_up_ahead"] == secure["secure_exchanges"]
     assert secure["wall_s"]["secure"] > 0 and math.isfinite(secure["exchange_ratio"])
     assert secure["traffic_bytes"]["secure"] > secure["traffic_bytes"]["plain"] > 0
     assert "deploy:" in format_table("deploy", result)

@@ -425,14 +425,15 @@ def test_private_algorithms_on_a_deployment_as_locally(deployment, tmp_path):
     assert flower["report"] == local["report"] and local["report"]["privacy"]["epsilon"] > 0
 
 
-def test_secure_aggregation_on_three_supernodes_as_locally(deployment, tmp_path):
+def test_secure_aggregation_on_three_supernodes_as_locally(deployment, tmp_path, capsys):
     """--secure-aggregation on three loopback SuperNodes (Flower's SecAgg+ between processes):
     DisLinUCB, a per-step protocol whose nodes run ahead between summed syncs, gives the local
     run's regret, per-client records and totals, and reports its secure exchanges with nothing
     clipped. (Fed-PE between processes: ``fedbandit bench deploy``'s step 6, run by
     ``test_bench_deploy.py``, gives the plaintext deployment's regret under secure aggregation;
     every supported algorithm against its local run through Flower's workflow and mod on
-    in-memory nodes: ``test_secure_aggregation.py``.)"""
+    in-memory nodes: ``test_secure_aggregation.py``.) A threshold above the nodes online is then
+    refused before submission, in one line."""
     superlink = start_loopback(deployment, ["0-1", "2-3", "4-5"])
     experiment = [
         "contextual_tiny", "--seeds", "1", "--quiet", "--algorithms", "dislinucb",
@@ -455,6 +456,18 @@ def test_secure_aggregation_on_three_supernodes_as_locally(deployment, tmp_path)
     sums = summed["report"]["secure_aggregation"]
     assert sums["nodes"] == 3 and sums["threshold"] == 3 and sums["exchanges"] > 0
     assert sums["clipped_values"] == 0 and sums["lost_nodes"] == 0
+    # a threshold above the three nodes online is refused before anything is submitted
+    capsys.readouterr()
+    code = run_cli(
+        "run", *experiment, "--runtime", "flower", "--superlink", superlink, "--insecure",
+        "--secure-aggregation", "--secure-threshold", "4", "--start-deadline", "2",
+        "--out", str(tmp_path / "refused"),
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert code == 2 and len(errors) == 1, err
+    assert "needs 4 or more SuperNodes" in errors[0] and "nothing was submitted" in errors[0]
+    assert len(errors[0]) < 300 and not (tmp_path / "refused").exists()
 
 
 def test_a_superlink_through_a_tunnel_gives_the_same_folder(deployment, tmp_path):

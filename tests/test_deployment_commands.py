@@ -12,14 +12,17 @@ from test_flower_runtime import flower_identity  # noqa: F401 - the fixture Flow
 from fedbandit.cli import main
 from fedbandit.config import load_experiment
 from fedbandit.errors import DeploymentError
+from fedbandit.flower import deployment
 from fedbandit.flower.apps import FlowerJob, job_from_json, job_to_json
 from fedbandit.flower.deployment import (
+    NODE_POLL_SECONDS,
     ServerTls,
     flower_environment,
     parse_client_range,
     split_address,
     superlink_command,
     supernode_command,
+    wait_for_secure_nodes,
     write_connection,
 )
 from fedbandit.runspec import RunSpec, RuntimeOptions
@@ -367,3 +370,96 @@ def test_a_transient_superlink_error_is_asked_again(listening, monkeypatch):
     assert Flaky(deployment.STATUS_RETRIES)._status_or_lost({}, 7, "x") == "finished:completed"
     with pytest.raises(DeploymentError, match="database is locked"):
         Flaky(deployment.STATUS_RETRIES + 1)._status_or_lost({}, 7, "x")
+
+
+class _Listing:
+    """A submission whose SuperLink lists ``counts[i]`` SuperNodes online at its i-th look (the
+    last count from then on); ``fails``: the listing fails."""
+
+    superlink = "127.0.0.1:9093"
+
+    def __init__(self, counts: list[int], fails: bool = False) -> None:
+        self.counts, self.fails, self.looks = counts, fails, 0
+
+    def online_nodes(self) -> set[str]:
+        if self.fails:
+            raise DeploymentError("flwr supernode ls failed")
+        count = self.counts[min(self.looks, len(self.counts) - 1)]
+        self.looks += 1
+        return {str(n) for n in range(count)}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def reachable(monkeypatch):
+    """The fake SuperLink accepts connections (the node check asks only reachable ones)."""
+    monkeypatch.setattr(deployment, "unreachable", lambda address: None)
+
+
+def _secure_options(**extra) -> RuntimeOptions:
+    return RuntimeOptions(
+        runtime="flower",
+        superlink="127.0.0.1:9093",
+        insecure=True,
+        secure_aggregation=True,
+        **extra,
+    )
+
+
+def test_a_secure_run_waits_for_enough_supernodes_before_it_is_submitted(capsys, reachable):
+    listing, clock = _Listing([1, 2, 3]), _Clock()
+    wait_for_secure_nodes(listing, _secure_options(), clock, clock.sleep)
+    assert listing.looks == 3 and clock.now == 2 * NODE_POLL_SECONDS
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "waiting up to 120 s for 3 SuperNodes" in err
+    ready = _Listing([4])
+    wait_for_secure_nodes(ready, _secure_options(), clock, clock.sleep)
+    assert ready.looks == 1 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("extra", "online", "needed", "names"),
+    [
+        ({}, 2, 3, "fewer than 3 nodes"),
+        ({"secure_threshold": 5}, 4, 5, "--secure-threshold 5"),
+    ],
+)
+def test_too_few_supernodes_refuse_a_secure_run_in_one_line_before_submission(
+    extra, online, needed, names, reachable
+):
+    listing, clock = _Listing([online]), _Clock()
+    options = _secure_options(start_deadline=10.0, **extra)
+    with pytest.raises(DeploymentError) as caught:
+        wait_for_secure_nodes(listing, options, clock, clock.sleep)
+    text = str(caught.value)
+    assert "\n" not in text and f"needs {needed} or more SuperNodes" in text and names in text
+    assert f"lists {online} online after 10 s" in text and "nothing was submitted" in text
+    assert clock.now == pytest.approx(10.0)
+    assert ("lower --secure-threshold" in text) == ("secure_threshold" in extra)
+
+
+def test_the_node_check_is_skipped_without_secure_aggregation_or_a_listing(reachable):
+    clock = _Clock()
+    plain = RuntimeOptions(runtime="flower", superlink="127.0.0.1:9093", insecure=True)
+    listing = _Listing([0])
+    wait_for_secure_nodes(listing, plain, clock, clock.sleep)
+    assert listing.looks == 0
+    wait_for_secure_nodes(_Listing([0], fails=True), _secure_options(), clock, clock.sleep)
+    assert clock.now == 0  # the ServerApp checks the nodes that serve the run
+
+
+def test_an_unreachable_superlink_is_left_to_the_submission():
+    listing, clock = _Listing([0]), _Clock()  # nothing listens at 127.0.0.1:9 (discard)
+    listing.superlink = "127.0.0.1:9"
+    wait_for_secure_nodes(listing, _secure_options(), clock, clock.sleep)
+    assert listing.looks == 0

@@ -6,6 +6,7 @@ run, a lost node within the threshold still gives the survivors' sum, below it t
 import copy
 import functools
 import json
+import threading
 import uuid
 from fractions import Fraction
 
@@ -183,7 +184,9 @@ class NodesGrid:
     """Nodes running fedbandit's real ClientApp (SecAgg+ mod included) in this process, each with
     its own persistent ``Context``; ``silent_from[node] = r`` makes a node stop answering at
     bandit round r (in SecAgg+'s masked-vector stage, or a plain step), ``failing_from`` answer
-    with an error reply instead, and ``tamper[node]`` edits its replies. Records every reply."""
+    with an error reply instead, and ``tamper[node]`` edits its replies. Records every reply.
+    Messages are answered one at a time, as a SuperNode does (the runtime may push and pull from
+    two threads: keys set up ahead)."""
 
     def __init__(
         self,
@@ -214,19 +217,25 @@ class NodesGrid:
         self.silenced: set[int] = set()
         self.inbox: dict[str, Message] = {}
         self.replies: list[tuple[int, Message, Message]] = []
+        self.lock = threading.Lock()
 
     def get_node_ids(self):
         return list(self.contexts)
 
     def push_messages(self, messages):
         ids = []
-        for message in messages:
-            message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
-            self.inbox[message.metadata.message_id] = message
-            ids.append(message.metadata.message_id)
+        with self.lock:
+            for message in messages:
+                message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+                self.inbox[message.metadata.message_id] = message
+                ids.append(message.metadata.message_id)
         return ids
 
     def pull_messages(self, message_ids):
+        with self.lock:
+            return self._answer(message_ids)
+
+    def _answer(self, message_ids):
         out = []
         for mid in message_ids:
             message = self.inbox.pop(mid, None)
@@ -265,10 +274,12 @@ def secure_run(
     policy="abort",
     overrides=(),
     min_contributors=None,
+    prepare_keys=False,
     **grid_options,
 ):
     """A whole run on ``NodesGrid``; ``min_contributors``: the session's k (default: the
-    module's default session, k = ``MIN_CONTRIBUTORS``)."""
+    module's default session, k = ``MIN_CONTRIBUTORS``); ``prepare_keys``: as a deployment,
+    the keys of an exchange the server announces are set up ahead."""
     config = load_experiment(experiment, list(overrides))
     options = RuntimeOptions(
         runtime="flower-sim",
@@ -295,12 +306,22 @@ def secure_run(
     server.aggregate = recording
     ranges = discover_nodes(grid, job, instance.num_clients)
     settings = (
-        SecureSettings(server.secure_fields, contributors=server.secure_contributors)
+        SecureSettings(
+            server.secure_fields,
+            contributors=server.secure_contributors,
+            follows=server.secure_follows,
+        )
         if secure
         else None
     )
     runtime = FlowerGridRuntime(
-        grid, ranges, 0.3, 0.001, steps_per_round=options.steps_per_round, secure=settings
+        grid,
+        ranges,
+        0.3,
+        0.001,
+        steps_per_round=options.steps_per_round,
+        secure=settings,
+        prepare_keys=prepare_keys,
     )
     if min_contributors is not None:
         open_session(grid, min_contributors)

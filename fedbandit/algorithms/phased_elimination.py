@@ -262,6 +262,15 @@ class PhasedEliminationServer(ServerLogic):
         member = self.group[:, None] == np.arange(self.num_groups)  # (K, G)
         return {"weighted_estimate": (executed > 0).astype(np.int64) @ member > 0}
 
+    def secure_follows(self, message: Message) -> bool:
+        """Every elimination is followed by a summed exploration (phase 1 or later), and every
+        exploration but the last phase's by another one, after an elimination."""
+        if not self.secure_sums():
+            return False
+        if message.kind == "explore":
+            return int(message.fields["phase"][0]) < self.final_phase
+        return message.kind == "eliminate"
+
     def _weights(self, counts: np.ndarray) -> np.ndarray:
         """Each estimate's weight in the aggregation: its pull count n (Fed-PE)."""
         return counts

@@ -57,6 +57,13 @@ class ServerLogic(ABC):
         (the default): the contributors are counted."""
         return None
 
+    def secure_follows(self, message: Message) -> bool:
+        """Whether a later exchange of this run, the next one or one after plain ones, sums
+        fields under secure aggregation: a deployment then sets up that exchange's SecAgg+ keys
+        while ``message`` (about to be sent) and the exchanges up to it run. False (the
+        default): they are set up in line."""
+        return False
+
     def bookkeeping_fields(self) -> frozenset[str]:
         """The fields of this protocol's messages, in either direction, that are bookkeeping:
         flags that steer the protocol (a client's sync trigger, the server's collect request,

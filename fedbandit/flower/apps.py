@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
-from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
@@ -69,6 +68,7 @@ from fedbandit.flower.secure_aggregation import (
     held_values,
     open_session,
     secure_reply,
+    slotted_secaggplus_mod,
     undeclared_values,
     unwrap_request,
 )
@@ -308,11 +308,12 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
         set_handler_seconds(content, time.perf_counter() - started)
         return Message(content, reply_to=message)
 
-    @app.train(mods=[secaggplus_mod])
+    @app.train(mods=[slotted_secaggplus_mod])
     def secure_step(message: Message, context: Context) -> Message:
         """An exchange under secure aggregation (``fedbandit.flower.secure_aggregation``):
-        ``secaggplus_mod`` runs SecAgg+'s stages and calls this with the node's request; the
-        reply's summed fields go back masked, the rest in the clear."""
+        ``secaggplus_mod`` (one state per slot: ``slotted_secaggplus_mod``) runs SecAgg+'s
+        stages and calls this with the node's request; the reply's summed fields go back
+        masked, the rest in the clear."""
         started = time.perf_counter()
         request = unwrap_request(message.content)
         summed = request.summed
@@ -450,6 +451,8 @@ def build_server_app(
             group,
             stop,
             secure,
+            # a SuperNode answers one message at a time: keys set up ahead never overlap a stage
+            prepare_keys=job.spec.options.runtime == "flower",
         )
         runtime.on_round = on_round
         if secure is not None:
@@ -485,7 +488,11 @@ def _secure_settings(job: FlowerJob, server: ServerLogic, num_nodes: int) -> Sec
         )
     minimum = getattr(options, "secure_min_contributors", None) or MIN_CONTRIBUTORS
     settings = SecureSettings(
-        server.secure_fields, options.secure_threshold, minimum, server.secure_contributors
+        server.secure_fields,
+        options.secure_threshold,
+        minimum,
+        server.secure_contributors,
+        server.secure_follows,
     )
     if num_nodes > secure_sum.MAX_NODES:
         raise DeploymentError(

@@ -58,6 +58,9 @@ CONNECTION = "fedbandit"
 TASK_POLL_SECONDS = "0.1"
 #: Seconds between the ServerApp's pulls for replies (each is a request to the SuperLink).
 DEPLOYMENT_POLL_SECONDS = 0.05
+#: Seconds between the driver's looks at the SuperNodes online, while a secure run waits for
+#: enough of them before it is submitted (``wait_for_secure_nodes``).
+NODE_POLL_SECONDS = 2.0
 #: Start of the ServerApp log line that carries a foreseen error's one-line message.
 ERROR_MARK = "fedbandit-error: "
 #: Seconds ``fedbandit run`` waits for an unreachable SuperLink to come back before giving up.
@@ -616,6 +619,55 @@ class LogStream:
         self.close()
 
 
+def wait_for_secure_nodes(
+    submission: Submission,
+    options: RuntimeOptions,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Before a run with secure aggregation is submitted: wait up to ``--start-deadline`` until
+    the SuperLink lists enough SuperNodes online (3, or ``--secure-threshold`` when higher), and
+    refuse it in one line otherwise, nothing submitted. The ServerApp checks again with the nodes
+    that serve the run; a SuperLink that cannot list its nodes (or cannot be reached) leaves the
+    check to it."""
+    if not options.secure_aggregation or unreachable(submission.superlink):
+        return  # an unreachable SuperLink is named by the submission
+    from fedbandit.flower.secure_aggregation import MIN_NODES
+
+    needed = max(MIN_NODES, options.secure_threshold or 0)
+    deadline = clock() + options.start_deadline
+    waiting = False
+    while True:
+        try:
+            online = len(submission.online_nodes())
+        except (DeploymentError, ValueError, KeyError, TypeError, AttributeError):
+            return
+        if online >= needed:
+            return
+        if clock() >= deadline:
+            why = (
+                f"--secure-threshold {options.secure_threshold}"
+                if needed > MIN_NODES
+                else f"SecAgg+ with fewer than {MIN_NODES} nodes lets each learn the others' sum"
+            )
+            remedy = "start more SuperNodes" + (
+                " or lower --secure-threshold" if needed > MIN_NODES else ""
+            )
+            raise DeploymentError(
+                f"secure aggregation needs {needed} or more SuperNodes ({why}), but the SuperLink "
+                f"at {submission.superlink} lists {online} online after "
+                f"{options.start_deadline:g} s (--start-deadline): {remedy}; nothing was submitted"
+            )
+        if not waiting:
+            print(
+                f"fedbandit: waiting up to {options.start_deadline:g} s for {needed} SuperNodes "
+                f"(secure aggregation); {online} online",
+                file=sys.stderr,
+            )
+            waiting = True
+        sleep(max(0.0, min(NODE_POLL_SECONDS, deadline - clock())))
+
+
 def split_record(files: dict[str, str]) -> tuple[dict[str, object] | None, dict[str, str]]:
     """An emission's run record (``RUN_RECORD``, parsed; None when the ServerApp sent none) and
     its result files."""
@@ -656,6 +708,7 @@ def run_seed(
         "result-hint": run_dir.name,
     }
     label = f"{algorithm}-seed{seed}"
+    wait_for_secure_nodes(submission, spec.options)
     run_id = submission.submit(run_config, label)
     with LogStream(submission, run_id) as stream:
         submission.wait(run_id, label, stream.ended.is_set)
@@ -696,6 +749,7 @@ def submit_detached(submission: Submission, specs: list[RunSpec], run_dir: Path)
         for spec in specs
     ]
     run_config = {"jobs": json.dumps(jobs), "seed": -1, "result-hint": Path(run_dir).name}
+    wait_for_secure_nodes(submission, specs[0].options)
     return submission.submit(run_config, "detached")
 
 

@@ -5,6 +5,7 @@ cover every client exactly once. The wire format is ``fedbandit.flower.codec``'s
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -33,6 +34,7 @@ from fedbandit.flower.internals import pull_backoff
 from fedbandit.flower.secure_aggregation import (
     INLINE_ALWAYS,
     MIN_NODES,
+    PreparedKeys,
     SecureSettings,
     request_content,
     secure_exchange,
@@ -85,6 +87,7 @@ class FlowerGridRuntime(Runtime):
         group_id: str = "",
         stop: threading.Event | None = None,
         secure: SecureSettings | None = None,
+        prepare_keys: bool = False,
     ) -> None:
         self.grid, self.ranges = grid, dict(ranges)
         #: Clients lost for good in an earlier seed that no node serves (``NodeRanges.absent``):
@@ -94,7 +97,17 @@ class FlowerGridRuntime(Runtime):
         #: Secure aggregation: the exchanges whose summed fields travel through SecAgg+.
         self.secure = secure
         #: What secure aggregation did: exchanges, values clipped, nodes lost in it.
-        self.secure_report: dict[str, int] = {"exchanges": 0, "clipped_values": 0, "lost_nodes": 0}
+        self.secure_report: dict[str, int] = {
+            "exchanges": 0,
+            "clipped_values": 0,
+            "lost_nodes": 0,
+            "keys_set_up_ahead": 0,
+        }
+        #: Set up the SecAgg+ keys of the next secure exchange ahead, while the exchanges before
+        #: it run (``PreparedKeys``), when the server says one follows (``SecureSettings.follows``):
+        #: in a node state slot of their own, beside a secure exchange in the other slot.
+        self.prepare_keys = prepare_keys
+        self._prepared: PreparedKeys | None = None
         #: Names the job of every message sent (a simulation runs several jobs on its nodes).
         self.group_id = group_id
         #: Set when the run is stopped from outside (Ctrl-C of a simulation): waits end at once.
@@ -303,6 +316,7 @@ class FlowerGridRuntime(Runtime):
             for node, part in sent.items()
             if node not in failures
         ]
+        self._prepare(message, [node for node in sent if node not in failures], slot=0)
         started = time.perf_counter()
         replies, errors, silent = self._send(out)
         handler = [
@@ -407,6 +421,15 @@ class FlowerGridRuntime(Runtime):
         declared = self._declared(message, sent, requests)
         threshold = self.secure.threshold_for(len(requests))
         started = time.perf_counter()
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            prepared.wait()
+        slot: int | None = None
+        on_unmask: Callable[[], None] | None = None
+        if self.prepare_keys:  # this exchange in one slot, the next one's keys in the other
+            slot = prepared.slot if prepared is not None else 0
+            on_unmask = functools.partial(self._prepare, message, list(requests), slot=1 - slot)
+
         outcome, broken = None, ""
         if len(requests) < MIN_NODES:
             broken = f"it needs {MIN_NODES} or more nodes; {len(requests)} are left"
@@ -421,6 +444,9 @@ class FlowerGridRuntime(Runtime):
                     threshold,
                     self.stop,
                     declared,
+                    prepared,
+                    slot,
+                    on_unmask,
                 )
             except (MalformedReplyError, ValueError, KeyError, TypeError) as err:
                 broken = f"a reply it cannot use: {err}"  # inside the sum: nothing is usable
@@ -443,6 +469,7 @@ class FlowerGridRuntime(Runtime):
             why = broken or f"fewer than {threshold} of {len(requests)} nodes left to unmask"
             raise self._halted(failures, requests, f"secure aggregation halted ({why})", gone)
         self.secure_report["clipped_values"] += outcome.clipped
+        self.secure_report["keys_set_up_ahead"] += int(outcome.keys_ahead)
         self.secure_report["lost_nodes"] += len(outcome.lost)
         failures.update(outcome.lost)
         rejected: dict[int, str] = {}
@@ -479,6 +506,31 @@ class FlowerGridRuntime(Runtime):
         if failures:
             raise self._failure(failures, reply)
         return reply
+
+    def _prepare(self, message: BanditMessage, nodes: list[int], slot: int) -> None:
+        """While ``message`` is out, when the server says a secure exchange follows it and no
+        keys are being set up already: set up that exchange's SecAgg+ keys with ``nodes``, in
+        node state ``slot``."""
+        if not self.prepare_keys or self.secure is None or self._prepared is not None:
+            return
+        if len(nodes) < MIN_NODES or not self.secure.follows(message):
+            return
+        self._prepared = PreparedKeys(
+            self.grid,
+            nodes,
+            group_index=int(self.group_id or 0),
+            timeout=self.timeout,
+            poll_seconds=self.poll_seconds,
+            threshold=self.secure.threshold_for(len(nodes)),
+            stop=self.stop,
+            slot=slot,
+        )
+
+    def _drop_prepared(self) -> None:
+        """Wait for keys being set up ahead to be done, and drop them."""
+        if self._prepared is not None:
+            self._prepared.wait()
+            self._prepared = None
 
     def _declared(
         self, message: BanditMessage, sent: dict[int, BanditMessage], requests: Mapping[int, object]
@@ -571,6 +623,7 @@ class FlowerGridRuntime(Runtime):
     def regret_records(self) -> list[RegretRecord]:
         """The records of the nodes still reachable; nodes that fail now are lost (ClientFailure):
         the next call leaves them out."""
+        self._drop_prepared()
         messages = []
         for node in self.ranges:
             if node in self.lost:

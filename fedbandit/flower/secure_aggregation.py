@@ -44,9 +44,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.client.mod import secaggplus_mod
 from flwr.common import (
     Code,
     FitIns,
@@ -72,6 +74,7 @@ __all__ = [
     "MIN_CONTRIBUTORS",
     "MIN_NODES",
     "QUANTIZATION_RANGE",
+    "PreparedKeys",
     "SecureOutcome",
     "SecureRefusalError",
     "SecureSession",
@@ -84,6 +87,7 @@ __all__ = [
     "request_content",
     "secure_exchange",
     "secure_reply",
+    "slotted_secaggplus_mod",
     "undeclared_values",
     "unwrap_request",
 ]
@@ -115,9 +119,47 @@ HOLDS_KEY = "secure-holds"
 #: FitRes metrics keys: the summed fields' layout (JSON) and how many values were clipped.
 LAYOUT_KEY = "secure-layout"
 CLIPPED_KEY = "secure-clipped"
+#: A SecAgg+ message's record naming the slot of the node's SecAgg+ state it belongs to
+#: (``slotted_secaggplus_mod``), and the prefix of the node's state records, one per slot.
+SLOT_KEY = "fedbandit-secagg-slot"
+SLOT_STATE_PREFIX = "fedbandit-secagg-state-"
 #: Effectively no limit: a secure exchange carries its messages inline, in the FitIns config
 #: and the FitRes metrics (``codec.encode(..., inline_bytes=INLINE_ALWAYS)``).
 INLINE_ALWAYS = 2**62
+
+
+def slotted_secaggplus_mod(msg: Message, ctxt: Context, call_next: Callable) -> Message:
+    """Flower's ``secaggplus_mod`` with one SecAgg+ state per slot named in the message (none:
+    Flower's one state), so that a node can take part in two SecAgg+ runs at once: an exchange
+    being summed and the key set-up of the next (``PreparedKeys``). The mod runs unchanged; its
+    state record is swapped in before it and out after it."""
+    slot = msg.content.config_records.get(SLOT_KEY)
+    if slot is None:
+        return secaggplus_mod(msg, ctxt, call_next)
+    del msg.content.config_records[SLOT_KEY]
+    own = f"{SLOT_STATE_PREFIX}{int(str(slot['slot']))}"
+    key = legacy_records.SECAGG_STATE_KEY
+    # ``config_records`` is a view that does not see later writes: read it anew each time
+    ctxt.state.config_records.pop(key, None)
+    if own in ctxt.state.config_records:
+        ctxt.state.config_records[key] = ctxt.state.config_records[own]
+    try:
+        return secaggplus_mod(msg, ctxt, call_next)
+    finally:
+        ctxt.state.config_records[own] = ctxt.state.config_records.pop(key, ConfigRecord({}))
+
+
+class _Settings(NamedTuple):
+    """What every SecAgg+ run of an exchange shares: the group index (its messages'
+    ``group_id``), the stage timeout, the poll interval, the threshold, the run's stop event and
+    the node state slot (None: Flower's one state)."""
+
+    group_index: int
+    timeout: float
+    poll_seconds: float
+    threshold: int
+    stop: threading.Event | None
+    slot: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +173,8 @@ class SecureSettings:
     min_contributors: int = MIN_CONTRIBUTORS
     #: The server's ``secure_contributors``: which clients fill which blocks, or None (counted).
     contributors: Callable[[BanditMessage], Mapping[str, np.ndarray] | None] = lambda _: None
+    #: The server's ``secure_follows``: whether the exchange after a message is a secure one.
+    follows: Callable[[BanditMessage], bool] = lambda _: False
 
     def threshold_for(self, num_nodes: int) -> int:
         """Nodes that must survive a secure exchange among ``num_nodes``: the setting or the
@@ -330,6 +374,8 @@ class SecureOutcome:
     #: before the sum (None without a count), and the blocks held back.
     contributors: dict[str, list[tuple[int, int]]] | None = None
     held: tuple[int, ...] = ()
+    #: Whether the exchange went on from keys set up ahead (``PreparedKeys``).
+    keys_ahead: bool = False
 
 
 class SecureRefusalError(ValueError):
@@ -419,8 +465,16 @@ class _TrackingGrid:
     ``poll_seconds`` (Flower's deployment grid sleeps 3 s between pulls), ends waits when the
     run is stopped, and records each node's last stage reached and error reasons."""
 
-    def __init__(self, grid: Grid, poll_seconds: float, stop: threading.Event | None) -> None:
+    def __init__(
+        self,
+        grid: Grid,
+        poll_seconds: float,
+        stop: threading.Event | None,
+        slot: int | None = None,
+    ) -> None:
         self._grid, self.poll_seconds, self.stop = grid, poll_seconds, stop
+        #: The node state slot every SecAgg+ message names (``slotted_secaggplus_mod``).
+        self.slot = slot
         self.errors: dict[int, str] = {}
         self.silent: set[int] = set()
         #: Called with the nodes asked for their shares before the unmask stage is sent: a
@@ -434,6 +488,8 @@ class _TrackingGrid:
         #: after such a loss (the survivors hold no shares for the lost node: KeyError).
         self.nodes: set[int] = set()
         self.restart: set[int] | None = None
+        #: Called once the unmask stage is about to be sent (the last round trip of the run).
+        self.on_unmask: Callable[[], None] | None = None
 
     def __getattr__(self, name: str):
         return getattr(self._grid, name)
@@ -451,6 +507,11 @@ class _TrackingGrid:
             self.refused = self.before_unmask(asked)
             if self.refused is not None:
                 return []
+        if self.on_unmask is not None and stage == "unmask":
+            self.on_unmask()
+        if self.slot is not None:
+            for message in messages:
+                message.content.config_records[SLOT_KEY] = ConfigRecord({"slot": self.slot})
         ids = list(self._grid.push_messages(messages))
         node_of = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True)}
         pending = set(ids)
@@ -480,15 +541,21 @@ def _stage(message: Message) -> str | None:
     return None if configs is None else str(configs.get("stage"))
 
 
-def _workflow(
-    tracking: _TrackingGrid,
-    requests: dict[int, FitIns],
-    group_index: int,
-    timeout: float,
-    threshold: int,
-) -> list[tuple[_Node, FitRes]] | None:
-    """One run of SecAgg+'s four stages over ``requests``: the survivors' replies with the
-    unmasked aggregate, or None when it halted."""
+@dataclass
+class _Protocol:
+    """One run of SecAgg+: Flower's workflow, the state it passes between its stages, the
+    context it reads its round from and the strategy it drives."""
+
+    workflow: SecAggPlusWorkflow
+    context: LegacyContext
+    state: legacy_records.WorkflowState
+    strategy: _Exchange
+
+
+def _protocol(
+    requests: dict[int, FitIns], group_index: int, timeout: float, threshold: int
+) -> _Protocol:
+    """A SecAgg+ run over the nodes of ``requests``, before its first stage."""
     strategy = _Exchange(requests)
     # the workflow reads its round and parameters from this context's state, nothing else
     run = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={})
@@ -507,26 +574,119 @@ def _workflow(
         modulus_range=MODULUS_RANGE,
         timeout=timeout,
     )
-    workflow(tracking, context)  # type: ignore[arg-type]
-    return strategy.results
+    return _Protocol(workflow, context, legacy_records.WorkflowState(), strategy)
+
+
+class PreparedKeys:
+    """SecAgg+'s key set-up and key sharing (its first two stages, one round trip each) for a
+    run's next secure exchange, run ahead in a thread while a plain exchange is out: they
+    depend on the nodes only, never on the data, and the masks they lead to are drawn in the
+    masked-vector stage as ever. Their messages name a node state slot of their own
+    (``slotted_secaggplus_mod``), so they may run while another exchange is summed in another
+    slot. ``secure_exchange`` uses them when it asks exactly their nodes with their threshold and
+    every node finished both stages; otherwise it starts from the key set-up."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        nodes: Iterable[int],
+        *,
+        group_index: int,
+        timeout: float,
+        poll_seconds: float,
+        threshold: int,
+        stop: threading.Event | None,
+        slot: int,
+    ) -> None:
+        settings = _Settings(group_index, timeout, poll_seconds, threshold, stop, slot)
+        self.nodes, self.settings, self.slot = frozenset(nodes), settings, slot
+        placeholder = FitIns(Parameters(tensors=[], tensor_type=""), {})
+        requests = {node: placeholder for node in sorted(self.nodes)}
+        self.protocol = _protocol(
+            requests, settings.group_index, settings.timeout, settings.threshold
+        )
+        self._tracking = _TrackingGrid(grid, settings.poll_seconds, settings.stop, settings.slot)
+        self._ready = False
+        self._thread = threading.Thread(target=self._set_up, name="secagg-keys", daemon=True)
+        self._thread.start()
+
+    def _set_up(self) -> None:
+        p = self.protocol
+        try:
+            self._ready = bool(
+                p.workflow.setup_stage(self._tracking, p.context, p.state)  # type: ignore[arg-type]
+                and p.workflow.share_keys_stage(self._tracking, p.context, p.state)  # type: ignore[arg-type]
+                and p.state.active_node_ids == set(self.nodes)
+            )
+        except Exception:  # any failure: the exchange sets up its own keys
+            self._ready = False
+
+    def wait(self) -> None:
+        """Until both stages are done (each ends within the exchange timeout or at a stop)."""
+        self._thread.join()
+
+    def usable(self, nodes: Iterable[int], threshold: int) -> bool:
+        """Whether an exchange asking ``nodes`` with ``threshold`` can go on from these keys."""
+        self.wait()
+        return (
+            self._ready and self.nodes == frozenset(nodes) and threshold == self.settings.threshold
+        )
+
+
+def _workflow(
+    tracking: _TrackingGrid,
+    requests: dict[int, FitIns],
+    group_index: int,
+    timeout: float,
+    threshold: int,
+    prepared: PreparedKeys | None = None,
+) -> list[tuple[_Node, FitRes]] | None:
+    """One run of SecAgg+'s four stages over ``requests`` (the last two only, from ``prepared``
+    keys): the survivors' replies with the unmasked aggregate, or None when it halted."""
+    if prepared is not None:
+        protocol = prepared.protocol
+        protocol.strategy.requests = requests
+        protocol.state.nid_to_fitins = {
+            node: legacy_records.fitins_to_records(fitins) for node, fitins in requests.items()
+        }
+        first = 2
+    else:
+        protocol = _protocol(requests, group_index, timeout, threshold)
+        first = 0
+    workflow = protocol.workflow
+    stages = (
+        workflow.setup_stage,
+        workflow.share_keys_stage,
+        workflow.collect_masked_vectors_stage,
+        workflow.unmask_stage,
+    )
+    for stage in stages[first:]:
+        if not stage(tracking, protocol.context, protocol.state):  # type: ignore[arg-type]
+            return None  # halted
+    return protocol.strategy.results
 
 
 def _run(
     grid: Grid,
     requests: dict[int, FitIns],
-    settings: tuple[int, float, float, int, threading.Event | None],
+    settings: _Settings,
     before_unmask: Callable[[set[int]], str | None] | None = None,
+    prepared: PreparedKeys | None = None,
+    on_unmask: Callable[[], None] | None = None,
 ) -> tuple[list[tuple[_Node, FitRes]] | None, _TrackingGrid, dict[int, FitIns], dict[int, str]]:
     """SecAgg+ over ``requests`` (``settings``: group index, timeout, poll seconds, threshold,
-    stop), started again with the survivors whenever nodes are lost before the masked-vector
-    stage (``_TrackingGrid.restart``). Returns the workflow's results (None: halted), the last
-    run's tracking, the requests it ran with and the nodes lost in the runs started again."""
-    group_index, timeout, poll_seconds, threshold, stop = settings
+    stop), from ``prepared`` keys (checked by the caller: ``PreparedKeys.usable``), started again
+    with the survivors whenever nodes are lost before the masked-vector stage
+    (``_TrackingGrid.restart``). Returns the workflow's results (None: halted), the last run's
+    tracking, the requests it ran with and the nodes lost in the runs started again."""
+    group_index, timeout, poll_seconds, threshold, stop, slot = settings
     early: dict[int, str] = {}
     while True:
-        tracking = _TrackingGrid(grid, poll_seconds, stop)
+        tracking = _TrackingGrid(grid, poll_seconds, stop, slot)
         tracking.nodes, tracking.before_unmask = set(requests), before_unmask
-        results = _workflow(tracking, requests, group_index, timeout, threshold)
+        tracking.on_unmask = on_unmask
+        results = _workflow(tracking, requests, group_index, timeout, threshold, prepared)
+        prepared = None
         if tracking.restart is None:
             return results, tracking, requests, early
         gone = _lost(tracking, requests, timeout, tracking.restart)
@@ -597,6 +757,9 @@ def secure_exchange(
     threshold: int,
     stop: threading.Event | None = None,
     declared: Mapping[int, Mapping[str, np.ndarray]] | None = None,
+    prepared: PreparedKeys | None = None,
+    slot: int | None = None,
+    on_unmask: Callable[[], None] | None = None,
 ) -> SecureOutcome:
     """One exchange through SecAgg+: ``requests`` (node -> its ``request_content``) delivered,
     the summed fields unmasked over the surviving nodes. Nodes that fail a stage (an error, or
@@ -611,7 +774,14 @@ def secure_exchange(
     node lost in the sum's masked-vector stage that could leave a block below k halts it before
     the unmasking. ``declared`` (node -> per summed field its clients' (clients, blocks) flags,
     of ``ServerLogic.secure_contributors``) replaces the count: a block below k refuses the
-    exchange, and each node is sent its part to check its values against."""
+    exchange, and each node is sent its part to check its values against. ``prepared``: keys set
+    up ahead for this exchange (``PreparedKeys``), used when no count runs and they fit; always
+    waited for. ``slot``: the node state slot of this exchange's SecAgg+ runs when the prepared
+    keys of the next may run beside them (None: Flower's one state); prepared keys keep their
+    own. ``on_unmask`` is called when the sum's unmask stage is sent: the runtime then starts
+    the next exchange's keys, beside this exchange's last round trip."""
+    if prepared is not None:
+        prepared.wait()
     legacy_records.require()
     if len(requests) > secure_sum.MAX_NODES:
         raise ValueError(
@@ -623,7 +793,13 @@ def secure_exchange(
     contributors: dict[str, list[tuple[int, int]]] | None = None
     held: set[int] = set()
     lost: dict[int, str] = {}
-    settings = (group_index, timeout, poll_seconds, threshold, stop)
+    settings = _Settings(group_index, timeout, poll_seconds, threshold, stop, slot)
+    if prepared is not None and (
+        (k > 1 and declared is None) or not prepared.usable(requests, threshold)
+    ):
+        prepared = None  # a count comes first (its own key set-up), or they do not fit
+    if prepared is not None:
+        settings = prepared.settings  # the slot the keys were set up in
     if k > 1 and declared is not None:
         contributors = declared_counts(declared)
         short = sorted(
@@ -695,7 +871,9 @@ def secure_exchange(
                 )
             return None
 
-    results, tracking, requests, early = _run(grid, requests, settings, before_unmask)
+    results, tracking, requests, early = _run(
+        grid, requests, settings, before_unmask, prepared, on_unmask
+    )
     lost.update(early)
     if results is None:
         gone = _lost(tracking, requests, timeout)
@@ -703,6 +881,7 @@ def secure_exchange(
             gone = {node: f"{why}; {tracking.refused}" for node, why in gone.items()}
         return SecureOutcome({}, {}, {}, {**lost, **gone}, halted=True)
     outcome = _unmask(results, requests, tracking, timeout)
+    outcome.keys_ahead = prepared is not None
     outcome.lost.update(lost)
     outcome.contributors, outcome.held = contributors, tuple(sorted(held))
     if contributors is not None:
