@@ -381,7 +381,8 @@ class _Listing:
     def __init__(self, counts: list[int], fails: bool = False) -> None:
         self.counts, self.fails, self.looks = counts, fails, 0
 
-    def online_nodes(self) -> set[str]:
+    def online_nodes(self, timeout: float = 120.0) -> set[str]:
+        assert 5.0 <= timeout <= 30.0  # a look never outlasts the deadline by much
         if self.fails:
             raise DeploymentError("flwr supernode ls failed")
         count = self.counts[min(self.looks, len(self.counts) - 1)]

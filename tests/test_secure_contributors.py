@@ -168,22 +168,36 @@ def test_fedpe_declares_exactly_the_blocks_its_clients_fill(
     assert report["fewest_contributing_clients"] >= MIN_CONTRIBUTORS
 
 
-def test_a_node_refuses_to_send_a_value_the_server_did_not_count(monkeypatch, masked):
-    """A declaration that leaves out one client's block (a wrong server): the node serving that
-    client refuses to send (its error names why, and it is lost), so no sum holds that client's
-    values uncounted."""
+@pytest.mark.parametrize(
+    ("flip", "found"),
+    [(True, "filled but not declared"), (False, "declared but left empty")],
+)
+def test_a_node_refuses_to_send_values_that_do_not_match_the_declaration(
+    monkeypatch, masked, flip, found
+):
+    """A wrong server: its declaration leaves out a block that client 0 fills (``flip`` True),
+    or gives client 0 a block it does not fill. The node serving client 0 refuses to send (its
+    error names the field, the blocks and why, and it is lost), so no sum holds that client's
+    values uncounted, nor counts it without its values."""
     original = PhasedEliminationServer.secure_contributors
 
-    def short(self, message):
+    wrong_rounds = []
+
+    def wrong(self, message):
         masks = original(self, message)
         if masks is not None:
             flags = masks["weighted_estimate"].copy()
-            flags[0, np.flatnonzero(flags[0])[0]] = False
+            candidates = np.flatnonzero(flags[0] == flip)
+            if candidates.size:
+                flags[0, candidates[0]] = not flip
+                wrong_rounds.append(message.round)
             masks = {"weighted_estimate": flags}
         return masks
 
-    monkeypatch.setattr(PhasedEliminationServer, "secure_contributors", short)
+    monkeypatch.setattr(PhasedEliminationServer, "secure_contributors", wrong)
     outcome, _, _, _ = secure_run("fedpe_tiny", "fedpe")
     assert outcome.status != "complete"
-    assert "did not count as theirs" in outcome.failure
-    assert masked and all(0 not in clients for _, clients, _ in masked)
+    assert "do not match the contributors the server declared" in outcome.failure
+    assert "weighted_estimate: blocks [" in outcome.failure and found in outcome.failure
+    assert wrong_rounds and f"round {wrong_rounds[0]}: lost clients 0-4" in outcome.failure
+    assert not [c for r, c, _ in masked if r == wrong_rounds[0] and 0 in c]

@@ -10,6 +10,7 @@ import pytest
 from test_secure_aggregation import _stage, flower_identity, secure_run  # noqa: F401 (a fixture)
 
 from fedbandit.config import load_experiment
+from fedbandit.flower.secure_aggregation import SLOT_STATE_PREFIX
 from fedbandit.registry import build_instance
 from fedbandit.runspec import RunSpec
 from fedbandit.simulation import simulate
@@ -57,6 +58,10 @@ def test_keys_set_up_ahead_serve_every_summed_round_with_the_same_results(experi
         for stage in ("setup", "share_keys", "collect_masked_vectors", "unmask")
     }
     assert all(r.fields["weighted_estimate"].shape[0] == 1 for r in seen if r.summed)
+    # each node keeps the SecAgg+ state of the newest two runs only
+    for context in grid.contexts.values():
+        slots = [k for k in context.state.config_records if k.startswith(SLOT_STATE_PREFIX)]
+        assert 1 <= len(slots) <= 2
 
 
 @pytest.mark.parametrize("stage", ["setup", "share_keys"])
@@ -83,3 +88,28 @@ def test_a_node_lost_while_keys_are_set_up_ahead_is_lost_as_in_a_plain_run(stage
     # only the exchange whose keys included the lost node set up its own
     report = runtime.secure_report
     assert report["keys_set_up_ahead"] == report["exchanges"] - 1
+
+
+def test_a_node_lost_in_the_masked_stage_is_left_out_of_the_next_keys():
+    """Node 103 goes silent in the masked-vector stage of the third summed exploration: that
+    exchange unmasks the three others' sum, the next exploration's keys are set up with the
+    nodes asked to unmask (not with the lost node), and every exploration still goes on from
+    keys set up ahead; the run equals a plaintext run losing the node in that round."""
+    secure, seen, _, runtime = secure_run(
+        "fedpe_tiny",
+        "fedpe",
+        policy="drop",
+        prepare_keys=True,
+        silent_at_stage={103: ("collect_masked_vectors", 3)},
+    )
+    assert secure.status == "complete", secure.failure
+    (round_,) = set(secure.dropped.values())
+    survivors = next(reply for reply in seen if reply.round == round_)
+    assert survivors.summed and survivors.client_ids.tolist() == list(range(15))
+    plain, _, _, _ = secure_run(
+        "fedpe_tiny", "fedpe", secure=False, policy="drop", silent_from={103: round_}
+    )
+    assert plain.dropped == secure.dropped
+    np.testing.assert_array_equal(secure.regret.increment_diff, plain.regret.increment_diff)
+    report = runtime.secure_report
+    assert report["keys_set_up_ahead"] == report["exchanges"] and report["lost_nodes"] == 1

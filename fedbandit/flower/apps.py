@@ -65,11 +65,11 @@ from fedbandit.flower.secure_aggregation import (
     SecureSettings,
     close_session,
     count_reply,
+    declaration_mismatch,
     held_values,
     open_session,
     secure_reply,
     slotted_secaggplus_mod,
-    undeclared_values,
     unwrap_request,
 )
 from fedbandit.instances import Instance
@@ -329,11 +329,12 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
         if leaked := held_values(summable, summed, request.held):
             raise RuntimeError(f"the clients did not hold back blocks {request.held} of {leaked}")
         if request.expect is not None and (
-            beyond := undeclared_values(summable, summed, request.expect)
+            mismatch := declaration_mismatch(summable, summed, request.expect)
         ):
             raise RuntimeError(
-                f"the clients filled blocks of {beyond} that the server did not count as "
-                "theirs: not sent"
+                "the clients' values do not match the contributors the server declared ("
+                + "; ".join(mismatch)
+                + "): not sent"
             )
         return Message(secure_reply(summable, summed, seconds), reply_to=message)
 
@@ -460,6 +461,7 @@ def build_server_app(
         try:
             outcome = run_federation(server, runtime, job.on_client_failure)
         finally:
+            runtime.close()  # keys set up ahead for an exchange that will not come
             session = close_session(grid)
         if secure is not None:
             outcome.report["secure_aggregation"] = {

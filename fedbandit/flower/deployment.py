@@ -479,10 +479,18 @@ class Submission:
                     ) from None
                 time.sleep(1.0)
 
-    def online_nodes(self) -> set[str]:
+    def online_nodes(self, timeout: float = 120.0) -> set[str]:
         """Ids of the SuperNodes the SuperLink lists as online (``flwr supernode ls``)."""
         reply = json.loads(
-            self.flwr(self.environment(), "supernode", "ls", CONNECTION, "--format", "json")
+            self.flwr(
+                self.environment(),
+                "supernode",
+                "ls",
+                CONNECTION,
+                "--format",
+                "json",
+                timeout=timeout,
+            )
         )
         return {str(n["node-id"]) for n in reply.get("nodes", []) if n.get("status") == "online"}
 
@@ -639,7 +647,8 @@ def wait_for_secure_nodes(
     waiting = False
     while True:
         try:
-            online = len(submission.online_nodes())
+            left = deadline - clock()
+            online = len(submission.online_nodes(timeout=max(5.0, min(30.0, left))))
         except (DeploymentError, ValueError, KeyError, TypeError, AttributeError):
             return
         if online >= needed:

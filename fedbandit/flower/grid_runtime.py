@@ -9,7 +9,7 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +35,7 @@ from fedbandit.flower.secure_aggregation import (
     INLINE_ALWAYS,
     MIN_NODES,
     PreparedKeys,
+    SecureRefusalError,
     SecureSettings,
     request_content,
     secure_exchange,
@@ -105,9 +106,10 @@ class FlowerGridRuntime(Runtime):
         }
         #: Set up the SecAgg+ keys of the next secure exchange ahead, while the exchanges before
         #: it run (``PreparedKeys``), when the server says one follows (``SecureSettings.follows``):
-        #: in a node state slot of their own, beside a secure exchange in the other slot.
+        #: in a node state slot of their own, beside a secure exchange in another slot.
         self.prepare_keys = prepare_keys
         self._prepared: PreparedKeys | None = None
+        self._slots = 0  # node state slots handed out, in order (``slotted_secaggplus_mod``)
         #: Names the job of every message sent (a simulation runs several jobs on its nodes).
         self.group_id = group_id
         #: Set when the run is stopped from outside (Ctrl-C of a simulation): waits end at once.
@@ -172,6 +174,7 @@ class FlowerGridRuntime(Runtime):
     def _failure(self, failures: dict[int, str], partial: BanditMessage | None) -> ClientFailure:
         """Mark the nodes lost; the exception naming all their clients."""
         self.lost.update(failures)
+        self._cancel_keys_of(failures)
         lost = np.concatenate([self.ranges[node] for node in failures])
         reasons = {self._where(node): why for node, why in sorted(failures.items())}
         return ClientFailure(lost, reasons, partial)
@@ -316,7 +319,7 @@ class FlowerGridRuntime(Runtime):
             for node, part in sent.items()
             if node not in failures
         ]
-        self._prepare(message, [node for node in sent if node not in failures], slot=0)
+        self._prepare(message, [node for node in sent if node not in failures])
         started = time.perf_counter()
         replies, errors, silent = self._send(out)
         handler = [
@@ -425,10 +428,10 @@ class FlowerGridRuntime(Runtime):
         if prepared is not None:
             prepared.wait()
         slot: int | None = None
-        on_unmask: Callable[[], None] | None = None
-        if self.prepare_keys:  # this exchange in one slot, the next one's keys in the other
-            slot = prepared.slot if prepared is not None else 0
-            on_unmask = functools.partial(self._prepare, message, list(requests), slot=1 - slot)
+        on_unmask: Callable[[set[int]], None] | None = None
+        if self.prepare_keys:  # a slot of its own; the next exchange's keys, with the nodes
+            slot = self._new_slot()  # asked to unmask, in the slot after
+            on_unmask = functools.partial(self._prepare, message)
 
         outcome, broken = None, ""
         if len(requests) < MIN_NODES:
@@ -448,6 +451,8 @@ class FlowerGridRuntime(Runtime):
                     slot,
                     on_unmask,
                 )
+            except SecureRefusalError as err:  # refused before anything was unmasked
+                broken = str(err)
             except (MalformedReplyError, ValueError, KeyError, TypeError) as err:
                 broken = f"a reply it cannot use: {err}"  # inside the sum: nothing is usable
             check_stop(self.stop)
@@ -507,10 +512,15 @@ class FlowerGridRuntime(Runtime):
             raise self._failure(failures, reply)
         return reply
 
-    def _prepare(self, message: BanditMessage, nodes: list[int], slot: int) -> None:
+    def _new_slot(self) -> int:
+        self._slots += 1
+        return self._slots
+
+    def _prepare(self, message: BanditMessage, nodes: Iterable[int]) -> None:
         """While ``message`` is out, when the server says a secure exchange follows it and no
         keys are being set up already: set up that exchange's SecAgg+ keys with ``nodes``, in
-        node state ``slot``."""
+        a node state slot of their own."""
+        nodes = sorted(node for node in nodes if node not in self.lost)
         if not self.prepare_keys or self.secure is None or self._prepared is not None:
             return
         if len(nodes) < MIN_NODES or not self.secure.follows(message):
@@ -523,13 +533,20 @@ class FlowerGridRuntime(Runtime):
             poll_seconds=self.poll_seconds,
             threshold=self.secure.threshold_for(len(nodes)),
             stop=self.stop,
-            slot=slot,
+            slot=self._new_slot(),
         )
 
-    def _drop_prepared(self) -> None:
-        """Wait for keys being set up ahead to be done, and drop them."""
+    def _cancel_keys_of(self, nodes: Iterable[int]) -> None:
+        """Drop keys set up ahead with any of ``nodes`` (lost: the keys could not be used, and
+        waiting for them would wait for the lost node)."""
+        if self._prepared is not None and self._prepared.nodes & set(nodes):
+            self._prepared.cancel()
+            self._prepared = None
+
+    def close(self) -> None:
+        """Stop and drop keys being set up ahead (at the end of a run, whatever its end)."""
         if self._prepared is not None:
-            self._prepared.wait()
+            self._prepared.cancel()
             self._prepared = None
 
     def _declared(
@@ -570,6 +587,7 @@ class FlowerGridRuntime(Runtime):
         for node in requests:
             reasons[node] = why + (f": {gone[node]}" if node in gone else "")
         self.lost.update(gone)
+        self._cancel_keys_of(gone)
         lost = np.concatenate([self.ranges[node] for node in reasons])
         described = {self._where(node): text for node, text in sorted(reasons.items())}
         return ClientFailure(lost, described, None, fatal=True)
@@ -623,7 +641,7 @@ class FlowerGridRuntime(Runtime):
     def regret_records(self) -> list[RegretRecord]:
         """The records of the nodes still reachable; nodes that fail now are lost (ClientFailure):
         the next call leaves them out."""
-        self._drop_prepared()
+        self.close()
         messages = []
         for node in self.ranges:
             if node in self.lost:
@@ -654,6 +672,7 @@ class FlowerGridRuntime(Runtime):
         node served in this seed (absent from its start) need no node. The Grid remembers the
         clients dropped for its later seeds (``lost_for_good``)."""
         ids = np.unique(np.asarray(client_ids, dtype=np.int64))
+        self._cancel_keys_of(n for n, served in self.ranges.items() if np.isin(served, ids).any())
         if _weakref_able(self.grid):
             _DROPPED_ON_GRID.setdefault(self.grid, set()).update(ids.tolist())
         ids = np.setdiff1d(ids, self._unserved)

@@ -81,6 +81,7 @@ __all__ = [
     "SecureSettings",
     "close_session",
     "count_reply",
+    "declaration_mismatch",
     "declared_counts",
     "default_threshold",
     "open_session",
@@ -88,7 +89,6 @@ __all__ = [
     "secure_exchange",
     "secure_reply",
     "slotted_secaggplus_mod",
-    "undeclared_values",
     "unwrap_request",
 ]
 
@@ -132,7 +132,9 @@ def slotted_secaggplus_mod(msg: Message, ctxt: Context, call_next: Callable) -> 
     """Flower's ``secaggplus_mod`` with one SecAgg+ state per slot named in the message (none:
     Flower's one state), so that a node can take part in two SecAgg+ runs at once: an exchange
     being summed and the key set-up of the next (``PreparedKeys``). The mod runs unchanged; its
-    state record is swapped in before it and out after it."""
+    state record is swapped in before it and out after it. Slots are numbered in the order the
+    runs start; the node keeps the two highest (a late message of an older run, whose server
+    stopped waiting, finds no state and is answered with the mod's error)."""
     slot = msg.content.config_records.get(SLOT_KEY)
     if slot is None:
         return secaggplus_mod(msg, ctxt, call_next)
@@ -147,6 +149,17 @@ def slotted_secaggplus_mod(msg: Message, ctxt: Context, call_next: Callable) -> 
         return secaggplus_mod(msg, ctxt, call_next)
     finally:
         ctxt.state.config_records[own] = ctxt.state.config_records.pop(key, ConfigRecord({}))
+        slots = sorted((n for n in ctxt.state.config_records if _is_slot(n)), key=_slot_number)
+        for name in slots[:-2]:  # only an exchange and the next one's keys are in flight
+            del ctxt.state.config_records[name]
+
+
+def _is_slot(name: str) -> bool:
+    return name.startswith(SLOT_STATE_PREFIX)
+
+
+def _slot_number(name: str) -> int:
+    return int(name[len(SLOT_STATE_PREFIX) :])
 
 
 class _Settings(NamedTuple):
@@ -303,20 +316,27 @@ def held_values(reply: BanditMessage, summed: frozenset[str], held: Iterable[int
     return found
 
 
-def undeclared_values(
+def declaration_mismatch(
     reply: BanditMessage, summed: frozenset[str], expect: Mapping[str, list[list[int]]]
 ) -> list[str]:
-    """The summed fields of ``reply`` in which a client has a non-zero value in a block that
-    ``expect`` (per field, per client, the blocks it may fill) does not give it: the server
-    counted the contributors without them, so the node must not send them."""
+    """Where the node's clients' values in ``reply`` differ from the server's declaration
+    ``expect`` (per summed field, per client, the blocks it fills), one text per field: a value
+    outside it would enter a sum uncounted, and a declared block left empty would count a
+    contributor whose data are not in the sum. Empty when they agree exactly."""
     found = []
     for name in sorted(summed & set(reply.fields)):
         filled = _blocks(reply.fields[name])
-        allowed = np.zeros(filled.shape, dtype=bool)
-        for row, blocks in enumerate(expect.get(name, [])[: len(filled)]):
-            allowed[row, [b for b in blocks if b < filled.shape[1]]] = True
-        if len(expect.get(name, [])) != len(filled) or (filled & ~allowed).any():
-            found.append(name)
+        rows = expect.get(name, [])
+        if len(rows) != len(filled):
+            found.append(f"{name}: {len(rows)} clients declared, {len(filled)} here")
+            continue
+        declared = np.zeros(filled.shape, dtype=bool)
+        for row, blocks in enumerate(rows):
+            declared[row, [b for b in blocks if 0 <= b < filled.shape[1]]] = True
+        if extra := sorted(set(np.flatnonzero((filled & ~declared).any(axis=0)).tolist())):
+            found.append(f"{name}: blocks {extra} filled but not declared")
+        if empty := sorted(set(np.flatnonzero((declared & ~filled).any(axis=0)).tolist())):
+            found.append(f"{name}: blocks {empty} declared but left empty")
     return found
 
 
@@ -475,6 +495,8 @@ class _TrackingGrid:
         self._grid, self.poll_seconds, self.stop = grid, poll_seconds, stop
         #: The node state slot every SecAgg+ message names (``slotted_secaggplus_mod``).
         self.slot = slot
+        #: Set to end this run's waits at once and send nothing more (``PreparedKeys.cancel``).
+        self.cancel: threading.Event | None = None
         self.errors: dict[int, str] = {}
         self.silent: set[int] = set()
         #: Called with the nodes asked for their shares before the unmask stage is sent: a
@@ -488,8 +510,9 @@ class _TrackingGrid:
         #: after such a loss (the survivors hold no shares for the lost node: KeyError).
         self.nodes: set[int] = set()
         self.restart: set[int] | None = None
-        #: Called once the unmask stage is about to be sent (the last round trip of the run).
-        self.on_unmask: Callable[[], None] | None = None
+        #: Called with the nodes asked when the unmask stage is about to be sent (the last round
+        #: trip of the run).
+        self.on_unmask: Callable[[set[int]], None] | None = None
 
     def __getattr__(self, name: str):
         return getattr(self._grid, name)
@@ -500,6 +523,8 @@ class _TrackingGrid:
         messages = list(messages)
         stage = _stage(messages[0]) if messages else None
         asked = {m.metadata.dst_node_id for m in messages}
+        if self.cancel is not None and self.cancel.is_set():
+            return []
         if stage == "collect_masked_vectors" and asked < self.nodes:
             self.restart = asked
             return []
@@ -508,7 +533,7 @@ class _TrackingGrid:
             if self.refused is not None:
                 return []
         if self.on_unmask is not None and stage == "unmask":
-            self.on_unmask()
+            self.on_unmask(asked)
         if self.slot is not None:
             for message in messages:
                 message.content.config_records[SLOT_KEY] = ConfigRecord({"slot": self.slot})
@@ -519,6 +544,8 @@ class _TrackingGrid:
         deadline = None if timeout is None else time.monotonic() + timeout
         while pending and (deadline is None or time.monotonic() < deadline):
             if self.stop is not None and self.stop.is_set():
+                break
+            if self.cancel is not None and self.cancel.is_set():
                 break
             for reply in self._grid.pull_messages(list(pending)):
                 mid = reply.metadata.reply_to_message_id
@@ -606,6 +633,8 @@ class PreparedKeys:
             requests, settings.group_index, settings.timeout, settings.threshold
         )
         self._tracking = _TrackingGrid(grid, settings.poll_seconds, settings.stop, settings.slot)
+        self._cancel = threading.Event()
+        self._tracking.cancel = self._cancel
         self._ready = False
         self._thread = threading.Thread(target=self._set_up, name="secagg-keys", daemon=True)
         self._thread.start()
@@ -624,6 +653,13 @@ class PreparedKeys:
     def wait(self) -> None:
         """Until both stages are done (each ends within the exchange timeout or at a stop)."""
         self._thread.join()
+
+    def cancel(self) -> None:
+        """Stop at once (no more messages, no more waits) and drop the keys; returns when the
+        thread has ended."""
+        self._cancel.set()
+        self._thread.join()
+        self._ready = False
 
     def usable(self, nodes: Iterable[int], threshold: int) -> bool:
         """Whether an exchange asking ``nodes`` with ``threshold`` can go on from these keys."""
@@ -672,7 +708,7 @@ def _run(
     settings: _Settings,
     before_unmask: Callable[[set[int]], str | None] | None = None,
     prepared: PreparedKeys | None = None,
-    on_unmask: Callable[[], None] | None = None,
+    on_unmask: Callable[[set[int]], None] | None = None,
 ) -> tuple[list[tuple[_Node, FitRes]] | None, _TrackingGrid, dict[int, FitIns], dict[int, str]]:
     """SecAgg+ over ``requests`` (``settings``: group index, timeout, poll seconds, threshold,
     stop), from ``prepared`` keys (checked by the caller: ``PreparedKeys.usable``), started again
@@ -759,7 +795,7 @@ def secure_exchange(
     declared: Mapping[int, Mapping[str, np.ndarray]] | None = None,
     prepared: PreparedKeys | None = None,
     slot: int | None = None,
-    on_unmask: Callable[[], None] | None = None,
+    on_unmask: Callable[[set[int]], None] | None = None,
 ) -> SecureOutcome:
     """One exchange through SecAgg+: ``requests`` (node -> its ``request_content``) delivered,
     the summed fields unmasked over the surviving nodes. Nodes that fail a stage (an error, or
@@ -778,8 +814,8 @@ def secure_exchange(
     up ahead for this exchange (``PreparedKeys``), used when no count runs and they fit; always
     waited for. ``slot``: the node state slot of this exchange's SecAgg+ runs when the prepared
     keys of the next may run beside them (None: Flower's one state); prepared keys keep their
-    own. ``on_unmask`` is called when the sum's unmask stage is sent: the runtime then starts
-    the next exchange's keys, beside this exchange's last round trip."""
+    own. ``on_unmask`` is called with the nodes asked when the sum's unmask stage is sent: the
+    runtime then starts the next exchange's keys with them, beside this last round trip."""
     if prepared is not None:
         prepared.wait()
     legacy_records.require()
