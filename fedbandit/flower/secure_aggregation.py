@@ -333,9 +333,9 @@ def declaration_mismatch(
         declared = np.zeros(filled.shape, dtype=bool)
         for row, blocks in enumerate(rows):
             declared[row, [b for b in blocks if 0 <= b < filled.shape[1]]] = True
-        if extra := sorted(set(np.flatnonzero((filled & ~declared).any(axis=0)).tolist())):
+        if extra := np.flatnonzero((filled & ~declared).any(axis=0)).tolist():
             found.append(f"{name}: blocks {extra} filled but not declared")
-        if empty := sorted(set(np.flatnonzero((declared & ~filled).any(axis=0)).tolist())):
+        if empty := np.flatnonzero((declared & ~filled).any(axis=0)).tolist():
             found.append(f"{name}: blocks {empty} declared but left empty")
     return found
 
@@ -626,7 +626,7 @@ class PreparedKeys:
         slot: int,
     ) -> None:
         settings = _Settings(group_index, timeout, poll_seconds, threshold, stop, slot)
-        self.nodes, self.settings, self.slot = frozenset(nodes), settings, slot
+        self.nodes, self.settings = frozenset(nodes), settings
         placeholder = FitIns(Parameters(tensors=[], tensor_type=""), {})
         requests = {node: placeholder for node in sorted(self.nodes)}
         self.protocol = _protocol(
@@ -836,28 +836,9 @@ def secure_exchange(
         prepared = None  # a count comes first (its own key set-up), or they do not fit
     if prepared is not None:
         settings = prepared.settings  # the slot the keys were set up in
-    if k > 1 and declared is not None:
-        contributors = declared_counts(declared)
-        short = sorted(
-            {
-                block
-                for blocks in contributors.values()
-                for block, (_, c) in enumerate(blocks)
-                if 0 < c < k
-            }
-        )
-        if short:
-            raise SecureRefusalError(
-                f"blocks {short} of the summed fields would be unmasked over fewer than {k} "
-                "contributing clients (as the server's request sets them), and this algorithm's "
-                "clients cannot hold them back: refused"
-            )
-        session.declared += 1
-        width = max((len(b) for b in contributors.values()), default=0)
-        requests = {
-            node: with_phase(fitins, "sum", width, (), declared[node])
-            for node, fitins in requests.items()
-        }
+    alive = set(requests)
+    if k > 1 and declared is not None:  # the server's own flags: nothing to count
+        contributors, holds = declared_counts(declared), False
     elif k > 1:
         count_requests = {node: with_phase(fitins, "count") for node, fitins in requests.items()}
         results, tracking, count_requests, early = _run(grid, count_requests, settings)
@@ -868,6 +849,7 @@ def secure_exchange(
         alive = {proxy.node_id for proxy, _ in results}
         lost = {**early, **_lost(tracking, count_requests, timeout, alive)}
         contributors, holds = _counts(results)
+    if contributors is not None:
         held = {
             block
             for blocks in contributors.values()
@@ -875,14 +857,19 @@ def secure_exchange(
             if 0 < clients < k
         }
         if held and not holds:
+            source = " (as the server's request sets them)" if declared is not None else ""
             raise SecureRefusalError(
                 f"blocks {sorted(held)} of the summed fields would be unmasked over fewer than "
-                f"{k} contributing clients, and this algorithm's clients cannot hold them back: "
-                "refused"
+                f"{k} contributing clients{source}, and this algorithm's clients cannot hold "
+                "them back: refused"
             )
+        if declared is not None:
+            session.declared += 1
         width = max((len(b) for b in contributors.values()), default=0)
         requests = {
-            node: with_phase(fitins, "sum", width, held)
+            node: with_phase(
+                fitins, "sum", width, held, None if declared is None else declared[node]
+            )
             for node, fitins in requests.items()
             if node in alive
         }
