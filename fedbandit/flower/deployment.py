@@ -633,9 +633,10 @@ def wait_for_secure_nodes(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Before a run with secure aggregation is submitted: wait up to ``--start-deadline`` until
-    the SuperLink lists enough SuperNodes online (3, or ``--secure-threshold`` when higher), and
-    refuse it in one line otherwise, nothing submitted. The ServerApp checks again with the nodes
+    """Before a run with secure aggregation is submitted (``runner.preflight``, once per command,
+    before its folder exists): wait up to ``--start-deadline`` until the SuperLink lists enough
+    SuperNodes online (3, or ``--secure-threshold`` when higher), and refuse it in one line
+    otherwise, nothing submitted. The ServerApp checks again with the nodes
     that serve the run; a SuperLink that cannot list its nodes (or cannot be reached) leaves the
     check to it."""
     if not options.secure_aggregation or unreachable(submission.superlink):
@@ -717,7 +718,6 @@ def run_seed(
         "result-hint": run_dir.name,
     }
     label = f"{algorithm}-seed{seed}"
-    wait_for_secure_nodes(submission, spec.options)
     run_id = submission.submit(run_config, label)
     with LogStream(submission, run_id) as stream:
         submission.wait(run_id, label, stream.ended.is_set)
@@ -758,7 +758,6 @@ def submit_detached(submission: Submission, specs: list[RunSpec], run_dir: Path)
         for spec in specs
     ]
     run_config = {"jobs": json.dumps(jobs), "seed": -1, "result-hint": Path(run_dir).name}
-    wait_for_secure_nodes(submission, specs[0].options)
     return submission.submit(run_config, "detached")
 
 
