@@ -254,10 +254,9 @@ class PhasedEliminationServer(ServerLogic):
         arm of group g."""
         if not self.secure_fields(message):
             return None
-        rows = self._rows(message.client_ids)
-        phase = int(message.fields["phase"][0])
-        fields = message.fields
-        requested = pull_counts(fields["weights"], phase_length(phase), fields["active"])
+        rows, fields = self._rows(message.client_ids), message.fields
+        length = phase_length(int(fields["phase"][0]))
+        requested = pull_counts(fields["weights"], length, fields["active"])
         executed = executed_counts(requested, self.spec.horizon - self.pulls[rows])
         member = self.group[:, None] == np.arange(self.num_groups)  # (K, G)
         return {"weighted_estimate": (executed > 0).astype(np.int64) @ member > 0}

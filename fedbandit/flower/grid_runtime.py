@@ -319,7 +319,8 @@ class FlowerGridRuntime(Runtime):
             for node, part in sent.items()
             if node not in failures
         ]
-        self._prepare(message, [node for node in sent if node not in failures])
+        if self.prepare_keys:
+            self._prepare(message, [node for node in sent if node not in failures])
         started = time.perf_counter()
         replies, errors, silent = self._send(out)
         handler = [
@@ -424,9 +425,7 @@ class FlowerGridRuntime(Runtime):
         declared = self._declared(message, sent, requests)
         threshold = self.secure.threshold_for(len(requests))
         started = time.perf_counter()
-        prepared, self._prepared = self._prepared, None
-        if prepared is not None:
-            prepared.wait()
+        prepared, self._prepared = self._prepared, None  # secure_exchange waits for them
         slot: int | None = None
         on_unmask: Callable[[set[int]], None] | None = None
         if self.prepare_keys:  # a slot of its own; the next exchange's keys, with the nodes
@@ -436,6 +435,8 @@ class FlowerGridRuntime(Runtime):
         outcome, broken = None, ""
         if len(requests) < MIN_NODES:
             broken = f"it needs {MIN_NODES} or more nodes; {len(requests)} are left"
+            if prepared is not None:
+                prepared.cancel()
         else:
             try:
                 outcome = secure_exchange(
@@ -520,9 +521,9 @@ class FlowerGridRuntime(Runtime):
         """While ``message`` is out, when the server says a secure exchange follows it and no
         keys are being set up already: set up that exchange's SecAgg+ keys with ``nodes``, in
         a node state slot of their own."""
-        nodes = sorted(node for node in nodes if node not in self.lost)
         if not self.prepare_keys or self.secure is None or self._prepared is not None:
             return
+        nodes = sorted(node for node in nodes if node not in self.lost)
         if len(nodes) < MIN_NODES or not self.secure.follows(message):
             return
         self._prepared = PreparedKeys(
@@ -540,8 +541,7 @@ class FlowerGridRuntime(Runtime):
         """Drop keys set up ahead with any of ``nodes`` (lost: the keys could not be used, and
         waiting for them would wait for the lost node)."""
         if self._prepared is not None and self._prepared.nodes & set(nodes):
-            self._prepared.cancel()
-            self._prepared = None
+            self.close()
 
     def close(self) -> None:
         """Stop and drop keys being set up ahead (at the end of a run, whatever its end)."""
