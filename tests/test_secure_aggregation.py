@@ -218,6 +218,8 @@ class NodesGrid:
         self.inbox: dict[str, Message] = {}
         self.replies: list[tuple[int, Message, Message]] = []
         self.lock = threading.Lock()
+        #: (node, SecAgg+ stage or None) of every message pushed, in order.
+        self.pushed: list[tuple[int, str | None]] = []
 
     def get_node_ids(self):
         return list(self.contexts)
@@ -228,6 +230,7 @@ class NodesGrid:
             for message in messages:
                 message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
                 self.inbox[message.metadata.message_id] = message
+                self.pushed.append((message.metadata.dst_node_id, _stage(message)))
                 ids.append(message.metadata.message_id)
         return ids
 

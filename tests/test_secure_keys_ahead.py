@@ -93,9 +93,10 @@ def test_a_node_lost_while_keys_are_set_up_ahead_is_lost_as_in_a_plain_run(stage
 def test_a_node_lost_in_the_masked_stage_is_left_out_of_the_next_keys():
     """Node 103 goes silent in the masked-vector stage of the third summed exploration: that
     exchange unmasks the three others' sum, the next exploration's keys are set up with the
-    nodes asked to unmask (not with the lost node), and every exploration still goes on from
-    keys set up ahead; the run equals a plaintext run losing the node in that round."""
-    secure, seen, _, runtime = secure_run(
+    nodes asked to unmask (no key set-up message reaches the lost node after its third), and
+    every exploration still goes on from keys set up ahead; the run equals a plaintext run
+    losing the node in that round."""
+    secure, seen, grid, runtime = secure_run(
         "fedpe_tiny",
         "fedpe",
         policy="drop",
@@ -113,3 +114,4 @@ def test_a_node_lost_in_the_masked_stage_is_left_out_of_the_next_keys():
     np.testing.assert_array_equal(secure.regret.increment_diff, plain.regret.increment_diff)
     report = runtime.secure_report
     assert report["keys_set_up_ahead"] == report["exchanges"] and report["lost_nodes"] == 1
+    assert [node for node, stage in grid.pushed if stage == "setup"].count(103) == 3
