@@ -811,11 +811,12 @@ def secure_exchange(
     the unmasking. ``declared`` (node -> per summed field its clients' (clients, blocks) flags,
     of ``ServerLogic.secure_contributors``) replaces the count: a block below k refuses the
     exchange, and each node is sent its part to check its values against. ``prepared``: keys set
-    up ahead for this exchange (``PreparedKeys``), used when no count runs and they fit; always
-    waited for. ``slot``: the node state slot of this exchange's SecAgg+ runs when the prepared
-    keys of the next may run beside them (None: Flower's one state); prepared keys keep their
-    own. ``on_unmask`` is called with the nodes asked when the sum's unmask stage is sent: the
-    runtime then starts the next exchange's keys with them, beside this last round trip."""
+    up ahead for this exchange (``PreparedKeys``), used by its first SecAgg+ run (the count when
+    one runs, else the sum) when they fit; always waited for. ``slot``: the node state slot of
+    this exchange's SecAgg+ runs when the prepared keys of the next may run beside them (None:
+    Flower's one state); prepared keys keep their own. ``on_unmask`` is called with the nodes
+    asked when the sum's unmask stage is sent: the runtime then starts the next exchange's keys
+    with them, beside this last round trip."""
     if prepared is not None:
         prepared.wait()
     legacy_records.require()
@@ -830,18 +831,20 @@ def secure_exchange(
     held: set[int] = set()
     lost: dict[int, str] = {}
     settings = _Settings(group_index, timeout, poll_seconds, threshold, stop, slot)
-    if prepared is not None and (
-        (k > 1 and declared is None) or not prepared.usable(requests, threshold)
-    ):
-        prepared = None  # a count comes first (its own key set-up), or they do not fit
+    if prepared is not None and not prepared.usable(requests, threshold):
+        prepared = None  # they do not fit: the exchange sets up its own
     if prepared is not None:
         settings = prepared.settings  # the slot the keys were set up in
+    keys_ahead = prepared is not None
     alive = set(requests)
     if k > 1 and declared is not None:  # the server's own flags: nothing to count
         contributors, holds = declared_counts(declared), False
-    elif k > 1:
+    elif k > 1:  # the count goes on from the keys set up ahead; the sum sets up its own
         count_requests = {node: with_phase(fitins, "count") for node, fitins in requests.items()}
-        results, tracking, count_requests, early = _run(grid, count_requests, settings)
+        results, tracking, count_requests, early = _run(
+            grid, count_requests, settings, prepared=prepared
+        )
+        prepared = None
         session.counts += 1
         if results is None:
             gone = {**early, **_lost(tracking, count_requests, timeout)}
@@ -904,7 +907,7 @@ def secure_exchange(
             gone = {node: f"{why}; {tracking.refused}" for node, why in gone.items()}
         return SecureOutcome({}, {}, {}, {**lost, **gone}, halted=True)
     outcome = _unmask(results, requests, tracking, timeout)
-    outcome.keys_ahead = prepared is not None
+    outcome.keys_ahead = keys_ahead
     outcome.lost.update(lost)
     outcome.contributors, outcome.held = contributors, tuple(sorted(held))
     if contributors is not None:
