@@ -18,6 +18,7 @@ import pytest
 from test_secure_aggregation import flower_identity, secure_run  # noqa: F401 (a fixture)
 
 from fedbandit.algorithms.phased_elimination import PhasedEliminationServer
+from fedbandit.algorithms.private_linucb import BatchedLinUCBServer
 from fedbandit.flower import apps
 from fedbandit.flower.secure_aggregation import MIN_CONTRIBUTORS, _blocks
 
@@ -120,9 +121,10 @@ def test_every_supported_algorithm_unmasks_no_sum_below_k(masked, experiment, al
 
 #: Algorithms whose server declares the contributors (``ServerLogic.secure_contributors``).
 DECLARING = [
-    ("fedpe_tiny", "fedpe"),
-    ("fedpe_shared_tiny", "fedpe_shared"),
-    ("fed_private_pe", "private_fedpe"),
+    ("fedpe_tiny", "fedpe", ()),
+    ("fedpe_shared_tiny", "fedpe_shared", ()),
+    ("fed_private_pe", "private_fedpe", ()),
+    ("fed_private", "private_fedlinucb", ("horizon=200",)),
 ]
 
 
@@ -130,26 +132,28 @@ DECLARING = [
 def declared(monkeypatch):
     """Every declaration of the contributors: (round, client ids, per field (clients, blocks))."""
     calls: list[tuple[int, tuple[int, ...], dict[str, np.ndarray]]] = []
-    original = PhasedEliminationServer.secure_contributors
+    for server in (PhasedEliminationServer, BatchedLinUCBServer):
+        original = server.secure_contributors
 
-    def recording(self, message):
-        masks = original(self, message)
-        if masks is not None:
-            calls.append((message.round, tuple(message.client_ids.tolist()), masks))
-        return masks
+        def recording(self, message, original=original):
+            masks = original(self, message)
+            if masks is not None:
+                calls.append((message.round, tuple(message.client_ids.tolist()), masks))
+            return masks
 
-    monkeypatch.setattr(PhasedEliminationServer, "secure_contributors", recording)
+        monkeypatch.setattr(server, "secure_contributors", recording)
     return calls
 
 
-@pytest.mark.parametrize(("experiment", "algorithm"), DECLARING)
-def test_fedpe_declares_exactly_the_blocks_its_clients_fill(
-    masked, declared, experiment, algorithm
+@pytest.mark.parametrize(("experiment", "algorithm", "overrides"), DECLARING)
+def test_declared_contributors_are_exactly_the_blocks_the_clients_fill(
+    masked, declared, experiment, algorithm, overrides
 ):
-    """Fed-PE's server knows from its own request which client fills which block (its design
-    fixes every pull, within each client's horizon): no count exchange runs, and the declared
-    flags equal, client by client, the non-zero blocks of the values the nodes sum."""
-    outcome, _, _, runtime = secure_run(experiment, algorithm)
+    """The server knows from its own request which client fills which block: Fed-PE's design
+    fixes every pull (within each client's horizon), private FedLinUCB's noise fills every block
+    of every silo. No count exchange runs, and the declared flags equal, client by client, the
+    non-zero blocks of the values the nodes sum."""
+    outcome, _, _, runtime = secure_run(experiment, algorithm, overrides=overrides)
     assert outcome.status == "complete", outcome.failure
     report = runtime.session.report()
     assert report["count_exchanges"] == 0
@@ -164,7 +168,7 @@ def test_fedpe_declares_exactly_the_blocks_its_clients_fill(
             for name, flags in fields.items():
                 np.testing.assert_array_equal(flags[row], filled[round_, client][name])
                 compared += 1
-    assert compared == sum(len(clients) for _, clients, _ in declared)
+    assert compared == sum(len(clients) * len(fields) for _, clients, fields in declared)
     assert report["fewest_contributing_clients"] >= MIN_CONTRIBUTORS
 
 

@@ -16,8 +16,8 @@ from fedbandit.runspec import RunSpec
 from fedbandit.simulation import simulate
 
 
-def local_regret(experiment: str, algorithm: str) -> np.ndarray:
-    config = load_experiment(experiment)
+def local_regret(experiment: str, algorithm: str, overrides: tuple[str, ...] = ()) -> np.ndarray:
+    config = load_experiment(experiment, list(overrides))
     return simulate(
         build_instance(config.instance),
         algorithm,
@@ -37,27 +37,44 @@ def stage_counts(grid) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.parametrize(
-    ("experiment", "algorithm"), [("fedpe_tiny", "fedpe"), ("fedpe_shared_tiny", "fedpe_shared")]
-)
-def test_keys_set_up_ahead_serve_every_summed_round_with_the_same_results(experiment, algorithm):
-    """Every secure exchange goes on from keys set up during the elimination before it: one key
-    set-up per exchange and node (none wasted), the regret of a local run, and the masked-vector
-    stage still carries nothing in the clear but the unsummed fields."""
-    outcome, seen, grid, runtime = secure_run(experiment, algorithm, prepare_keys=True)
+#: Servers that announce their secure exchanges (``ServerLogic.secure_follows``); the last two
+#: are private FedLinUCB's batch uploads, declared with noise and counted without.
+ANNOUNCING = [
+    ("fedpe_tiny", "fedpe", (), False),
+    ("fedpe_shared_tiny", "fedpe_shared", (), False),
+    ("fed_private", "private_fedlinucb", ("horizon=200",), False),
+    ("fed_private", "batched_fedlinucb", ("horizon=200",), True),
+]
+
+
+@pytest.mark.parametrize(("experiment", "algorithm", "overrides", "counted"), ANNOUNCING)
+def test_keys_set_up_ahead_serve_every_summed_round_with_the_same_results(
+    experiment, algorithm, overrides, counted
+):
+    """Every secure exchange goes on from keys set up while the exchanges before it were out:
+    its first SecAgg+ run (the count when one runs) skips the key stages, one key set-up per
+    run and node (none wasted), the regret of a local run, and the masked-vector stage still
+    carries nothing in the clear but the unsummed fields."""
+    outcome, seen, grid, runtime = secure_run(
+        experiment, algorithm, overrides=overrides, prepare_keys=True
+    )
     assert outcome.status == "complete", outcome.failure
     np.testing.assert_array_equal(
-        outcome.regret.increment_diff, local_regret(experiment, algorithm)
+        outcome.regret.increment_diff, local_regret(experiment, algorithm, overrides)
     )
     exchanges = runtime.secure_report["exchanges"]
     assert exchanges > 0 and runtime.secure_report["keys_set_up_ahead"] == exchanges
+    count_exchanges = runtime.session.report()["count_exchanges"]
+    assert count_exchanges == (exchanges if counted else 0)
+    runs = exchanges + count_exchanges
     counts = stage_counts(grid)
     nodes = len(runtime.ranges)
     assert counts == {
-        stage: exchanges * nodes
-        for stage in ("setup", "share_keys", "collect_masked_vectors", "unmask")
+        stage: runs * nodes for stage in ("setup", "share_keys", "collect_masked_vectors", "unmask")
     }
-    assert all(r.fields["weighted_estimate"].shape[0] == 1 for r in seen if r.summed)
+    summed = [r for r in seen if r.summed]
+    assert len(summed) == exchanges
+    assert all(r.fields[name].shape[0] == 1 for r in summed for name in r.summed)
     # each node keeps the SecAgg+ state of the newest two runs only
     for context in grid.contexts.values():
         slots = [k for k in context.state.config_records if k.startswith(SLOT_STATE_PREFIX)]

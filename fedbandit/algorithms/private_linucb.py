@@ -416,6 +416,7 @@ class BatchedLinUCBServer(ServerLogic):
         self.spec, self.params = spec, params
         self.num_batches = _check_batches(spec, params)
         self.accounting = _accounting(spec, params, report=True)
+        self._noisy = isinstance(params, PrivateParams) and params.noise
         G = int(model_groups(spec, params.model).max()) + 1
         d = spec.dim
         self.depth = tree_depth(spec.horizon // params.batch_size)
@@ -464,6 +465,21 @@ class BatchedLinUCBServer(ServerLogic):
         if message.kind == "round" and ends == 0 and batch <= self.num_batches:
             return super().secure_fields(message)
         return frozenset()
+
+    def secure_contributors(self, message: Message) -> dict[str, np.ndarray] | None:
+        """With noise, every silo addressed fills every block of its tree node: each entry gets
+        fresh Gaussian noise (non-zero almost surely) whether or not the silo pulled an arm of the
+        block's group. Without noise a silo's groups depend on its arms, unknown to the server:
+        they are counted."""
+        if not (self._noisy and self.secure_fields(message)):
+            return None
+        filled = np.ones((message.num_clients, self.gram.shape[0]), dtype=bool)
+        return {"gram_node": filled, "target_node": filled}
+
+    def secure_follows(self, message: Message) -> bool:
+        """A batch is closed by a summed upload at round k B - 1, k = 1 .. (batches): one follows
+        ``message`` while it comes before the last of them."""
+        return message.round < self.num_batches * self.params.batch_size - 1
 
     def aggregate(self, reply: Message) -> None:
         if reply.round != self.rounds_done - 1:
