@@ -22,6 +22,7 @@ from fedbandit.bench.deploy import (
     _running,
     client_ranges,
     echo_run_config,
+    machine_cpu_seconds,
     median_p90,
     new_run_traffic,
     payload_sizes,
@@ -225,6 +226,8 @@ def _fake_result() -> dict:
             "target_exchange_ratio": 3.0,
             "wall_s": {"plain": 10.0, "secure": 14.0},
             "wall_ratio": 1.4,
+            "cpu_s": {"plain": 15.0, "secure": 24.5},
+            "cores": 2,
             "median_exchange_s": {"plain": 0.1, "secure": 0.5},
             "exchange_ratio": 5.0,
             "uplink_bytes_per_round": {"plain": 800.0, "secure": 960.0},
@@ -233,6 +236,15 @@ def _fake_result() -> dict:
             "identical": True,
         },
     }
+
+
+def test_machine_cpu_seconds_reads_busy_ticks(tmp_path):
+    """user nice system idle iowait irq softirq steal: all but idle and iowait are busy."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 20 30 400 50 6 4 0 0 0\ncpu0 50 10 15 200 25 3 2 0 0 0\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert machine_cpu_seconds(stat) == pytest.approx((100 + 20 + 30 + 6 + 4) / ticks)
+    assert machine_cpu_seconds(tmp_path / "missing") is None
 
 
 def test_format_table_prints_every_part():
@@ -245,7 +257,7 @@ def test_format_table_prints_every_part():
                  "20.0 s; 1.500 s", "6 fedpe M=20 T=16, --secure-aggregation",
                  "10.0 / 14.0 s (1.40 x)", "0.100 / 0.500 s (5.00 x)", "<= 3 x", "2; 0",
                  "800 / 960 B",
-                 "1.00 / 3.50 MB (3.50 x)"):  # fmt: skip
+                 "1.00 / 3.50 MB (3.50 x)", "15.0 / 24.5 s (1.50 / 1.75 of 2 cores)"):  # fmt: skip
         assert text in table, text
 
 
@@ -282,6 +294,7 @@ def test_quick_deploy_benchmark_runs_end_to_end(tmp_path):
     assert secure["keys_set_up_ahead"] == secure["secure_exchanges"]
     assert secure["wall_s"]["secure"] > 0 and math.isfinite(secure["exchange_ratio"])
     assert secure["traffic_bytes"]["secure"] > secure["traffic_bytes"]["plain"] > 0
+    assert 0 < secure["cpu_s"]["plain"] < secure["cpu_s"]["secure"]
     assert "deploy:" in format_table("deploy", result)
 
 

@@ -652,20 +652,34 @@ def new_run_traffic(before: dict[str, int], after: dict[str, int]) -> int:
     return after[new[0]]
 
 
+def machine_cpu_seconds(stat: Path = Path("/proc/stat")) -> float | None:
+    """CPU seconds the whole machine has been busy since boot (every process: the SuperLink,
+    the SuperNodes and their executors, the ServerApp, the driver), from the first line of
+    ``/proc/stat`` (all but idle and iowait); None where there is no such file."""
+    try:
+        fields = stat.read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    ticks = [int(value) for value in fields[1:]]
+    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def measure_secure(
     cluster: Cluster, submission: Submission, sizes: Sizes, root: Path
 ) -> dict[str, Any]:
     """Step 6: on step 5's four SuperNodes (20 clients), Fed-PE at step 1's horizon without and
     with ``--secure-aggregation``, one after the other: wall times, the median exchange of the
     rounds that secure aggregation sums (Fed-PE's explore rounds from phase 1 on) in both runs,
-    their uplink bytes as counted, the runs' traffic through the SuperLink, and whether the
-    regret curves are identical."""
+    their uplink bytes as counted, the runs' traffic through the SuperLink, the CPU seconds the
+    machine was busy during each run, and whether the regret curves are identical."""
     experiment = experiment_args(CONTEXTUAL_CLIENTS, sizes.horizon)
     connect = ["--runtime", "flower", "--superlink", cluster.superlink, "--insecure"]
     runs: dict[str, dict[str, Any]] = {}
     for tag, extra in (("plain", []), ("secure", ["--secure-aggregation"])):
         out = root / f"secure-{tag}"
         before = run_traffic(submission)
+        cpu_before = machine_cpu_seconds()
         wall = run_fedbandit(
             ["run", *experiment, *connect, *extra, "--out", str(out)], root / f"secure-{tag}.log"
         )
@@ -674,8 +688,10 @@ def measure_secure(
         explore = latency[latency["kind"] == "explore"].iloc[1:]  # phase 0 stays in the clear
         rounds = set(explore["round"])
         uplink = comm[(comm["direction"] == "uplink") & comm["round"].isin(rounds)]
+        cpu_after = machine_cpu_seconds()
         runs[tag] = {
             "wall_s": wall,
+            "cpu_s": None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,
             "traffic_bytes": new_run_traffic(before, run_traffic(submission)),
             "median_exchange_s": float(explore["exchange_s"].median()),
             "uplink_bytes_per_round": float(uplink["bytes"].mean()),
@@ -693,6 +709,8 @@ def measure_secure(
         "target_exchange_ratio": TARGET_SECURE_RATIO,
         "wall_s": {"plain": plain["wall_s"], "secure": secure["wall_s"]},
         "wall_ratio": secure["wall_s"] / plain["wall_s"],
+        "cpu_s": {"plain": plain["cpu_s"], "secure": secure["cpu_s"]},
+        "cores": os.cpu_count() or 1,
         "median_exchange_s": {
             "plain": plain["median_exchange_s"],
             "secure": secure["median_exchange_s"],
@@ -849,6 +867,14 @@ def format_deploy(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
          f"{secure['traffic_bytes']['secure'] / 1e6:.2f} MB ({secure['traffic_ratio']:.2f} x)", ""),
         ("", "regret identical with and without", str(secure["identical"]).lower(), "true"),
     ]  # fmt: skip
+    cpu = secure.get("cpu_s") or {}
+    if cpu.get("plain") is not None and cpu.get("secure") is not None:
+        rows.append(
+            ("", "machine CPU busy during the run (every process): plain / secure",
+             f"{cpu['plain']:.1f} / {cpu['secure']:.1f} s ("
+             f"{cpu['plain'] / secure['wall_s']['plain']:.2f} / "
+             f"{cpu['secure'] / secure['wall_s']['secure']:.2f} of {secure['cores']} cores)", "")
+        )  # fmt: skip
     title = (
         f"deploy: SuperLink + {result['nodes']} SuperNodes on loopback (started in "
         f"{result['startup_s']:.1f} s); fedbandit and echo ran on the same nodes in one run; "
