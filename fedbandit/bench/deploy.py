@@ -655,7 +655,8 @@ def new_run_traffic(before: dict[str, int], after: dict[str, int]) -> int:
 def machine_cpu_seconds(stat: Path = Path("/proc/stat")) -> float | None:
     """CPU seconds the whole machine has been busy since boot (every process: the SuperLink,
     the SuperNodes and their executors, the ServerApp, the driver), from the first line of
-    ``/proc/stat`` (all but idle and iowait); None where there is no such file."""
+    ``/proc/stat`` (all but idle and iowait); None where there is no such file. In a container
+    that file may count the host's CPUs, other tenants' work included."""
     try:
         fields = stat.read_text().split("\n", 1)[0].split()
     except OSError:
@@ -683,12 +684,12 @@ def measure_secure(
         wall = run_fedbandit(
             ["run", *experiment, *connect, *extra, "--out", str(out)], root / f"secure-{tag}.log"
         )
+        cpu_after = machine_cpu_seconds()
         latency = pd.read_csv(_seed_file(out, "latency.csv"))
         comm = pd.read_csv(_seed_file(out, "comm.csv"))
         explore = latency[latency["kind"] == "explore"].iloc[1:]  # phase 0 stays in the clear
         rounds = set(explore["round"])
         uplink = comm[(comm["direction"] == "uplink") & comm["round"].isin(rounds)]
-        cpu_after = machine_cpu_seconds()
         runs[tag] = {
             "wall_s": wall,
             "cpu_s": None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,
