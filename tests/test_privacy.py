@@ -197,30 +197,33 @@ def test_the_server_receives_only_the_noisy_statistics():
 
 
 def test_the_server_announces_each_batch_upload_and_declares_its_noisy_contributors():
-    """Batches of 10 over 40 rounds close at rounds 9, 19, 29 and 39: a secure exchange follows
-    every round before 39 (``secure_follows``), and with noise every silo fills every block of
-    both tree nodes (``secure_contributors``); without noise the server cannot tell, so None."""
-    for algorithm, params, declares in [
-        ("private_fedlinucb", PRIVATE, True),
-        ("private_fedlinucb", {**PRIVATE, "noise": False}, False),
-        ("batched_fedlinucb", {"batch_size": 10}, False),
+    """Batches of 10 over 45 rounds close at rounds 9, 19, 29 and 39 (the last 5 rounds close
+    none): a secure exchange follows every round before 39 (``secure_follows``), and with noise
+    every silo fills every block of both tree nodes (``secure_contributors``: one block in the
+    shared model, one per arm in the disjoint one); without noise the server cannot tell, so
+    None."""
+    for algorithm, params, blocks in [
+        ("private_fedlinucb", PRIVATE, 1),
+        ("private_fedlinucb", {**PRIVATE, "model": "disjoint"}, 5),
+        ("private_fedlinucb", {**PRIVATE, "noise": False}, None),
+        ("batched_fedlinucb", {"batch_size": 10}, None),
     ]:
-        server, _ = build_federation(INSTANCE, algorithm, 40, [3, 0], params)
+        server, _ = build_federation(INSTANCE, algorithm, 45, [3, 0], params)
         follows, declared = [], {}
         while (message := server.configure()) is not None:
             follows.append(server.secure_follows(message))
             if server.secure_fields(message):
                 declared[message.round] = server.secure_contributors(message)
             ids = message.client_ids
-        assert follows == [True] * 39 + [False]
+        assert follows == [True] * 39 + [False] * 6
         assert sorted(declared) == [9, 19, 29, 39]
         for flags in declared.values():
-            if declares:
-                assert set(flags) == {"gram_node", "target_node"}
-                for value in flags.values():
-                    assert value.shape == (len(ids), 1) and value.all()
-            else:
+            if blocks is None:
                 assert flags is None
+                continue
+            assert set(flags) == {"gram_node", "target_node"}
+            for value in flags.values():
+                assert value.shape == (len(ids), blocks) and value.all()
 
 
 def test_without_noise_private_equals_the_batched_schedule_bit_for_bit():

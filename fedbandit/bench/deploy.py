@@ -655,15 +655,17 @@ def new_run_traffic(before: dict[str, int], after: dict[str, int]) -> int:
 def machine_cpu_seconds(stat: Path = Path("/proc/stat")) -> float | None:
     """CPU seconds the whole machine has been busy since boot (every process: the SuperLink,
     the SuperNodes and their executors, the ServerApp, the driver), from the first line of
-    ``/proc/stat`` (all but idle and iowait); None where there is no such file. In a container
-    that file may count the host's CPUs, other tenants' work included."""
+    ``/proc/stat``: user, nice, system, irq and softirq (guest time is inside user and nice
+    already; idle, iowait and a hypervisor's steal are not this machine's work); None where
+    there is no such file. In a container that file may count the host's CPUs, other tenants'
+    work included."""
     try:
         fields = stat.read_text().split("\n", 1)[0].split()
     except OSError:
         return None
-    ticks = [int(value) for value in fields[1:]]
-    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
-    return busy / os.sysconf("SC_CLK_TCK")
+    ticks = [int(value) for value in fields[1:8]] + [0] * 7
+    user, nice, system, _, _, irq, softirq = ticks[:7]
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def measure_secure(
