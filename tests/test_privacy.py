@@ -214,7 +214,6 @@ def test_the_server_announces_each_batch_upload_and_declares_its_noisy_contribut
             follows.append(server.secure_follows(message))
             if server.secure_fields(message):
                 declared[message.round] = server.secure_contributors(message)
-            ids = message.client_ids
         assert follows == [True] * 39 + [False] * 6
         assert sorted(declared) == [9, 19, 29, 39]
         for flags in declared.values():
@@ -223,7 +222,7 @@ def test_the_server_announces_each_batch_upload_and_declares_its_noisy_contribut
                 continue
             assert set(flags) == {"gram_node", "target_node"}
             for value in flags.values():
-                assert value.shape == (len(ids), blocks) and value.all()
+                assert value.shape == (INSTANCE.num_clients, blocks) and value.all()
 
 
 def test_without_noise_private_equals_the_batched_schedule_bit_for_bit():

@@ -218,6 +218,12 @@ def disclosures(summed: bool) -> list[dict[str, str]]:
     ]
 
 
+def adds_noise(params: BatchedParams) -> bool:
+    """Whether the silos add the tree's noise to their releases (``private_fedlinucb`` unless
+    ``noise = false``)."""
+    return isinstance(params, PrivateParams) and params.noise
+
+
 def _check_batches(spec: ProblemSpec, params: BatchedParams) -> int:
     batches = spec.horizon // params.batch_size
     if batches < 1:
@@ -295,7 +301,7 @@ class BatchedLinUCBClient(ClientLogic):
         self.num_batches = _check_batches(spec, params)
         self.accounting = _accounting(spec, params, report=False)
         self.private = isinstance(params, PrivateParams)
-        self.noisy = isinstance(params, PrivateParams) and params.noise
+        self.noisy = adds_noise(params)
         # The authors' rule learns from the own batch as it goes; "noisy_only" waits for the
         # next download.
         self.own_batch = not isinstance(params, PrivateParams) or params.decisions == "authors"
@@ -416,7 +422,6 @@ class BatchedLinUCBServer(ServerLogic):
         self.spec, self.params = spec, params
         self.num_batches = _check_batches(spec, params)
         self.accounting = _accounting(spec, params, report=True)
-        self._noisy = isinstance(params, PrivateParams) and params.noise
         G = int(model_groups(spec, params.model).max()) + 1
         d = spec.dim
         self.depth = tree_depth(spec.horizon // params.batch_size)
@@ -471,7 +476,7 @@ class BatchedLinUCBServer(ServerLogic):
         fresh Gaussian noise (non-zero almost surely) whether or not the silo pulled an arm of the
         block's group. Without noise a silo's groups depend on its arms, unknown to the server:
         they are counted."""
-        if not (self._noisy and self.secure_fields(message)):
+        if not (adds_noise(self.params) and self.secure_fields(message)):
             return None
         filled = np.ones((message.num_clients, self.gram.shape[0]), dtype=bool)
         return {"gram_node": filled, "target_node": filled}
