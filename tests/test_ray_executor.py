@@ -79,11 +79,20 @@ def collect(run_dir: Path) -> tuple[list[RunSpec], object]:
     return done, on_done
 
 
-def test_local_ray_instance_writes_the_same_files(tmp_path: Path) -> None:
+def test_local_ray_instance_writes_the_same_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tasks = tiny_tasks()
     done, on_done = collect(tmp_path)
     shown: list[RunSpec] = []
-    before = set(Path("/tmp").glob("fb-ray-*"))
+    made: list[str] = []  # this run's own folder: another worker may make its own fb-ray-*
+
+    def record_temp_dir() -> str:
+        made.append(make_temp_dir())
+        return made[-1]
+
+    make_temp_dir = ray_executor._private_temp_dir
+    monkeypatch.setattr(ray_executor, "_private_temp_dir", record_temp_dir)
     run_on_ray(tasks, on_done, progress=shown.append)  # type: ignore[arg-type]
     assert sorted((s.algorithm, s.seed) for s in done) == sorted(
         (s.algorithm, s.seed) for s in tasks
@@ -93,7 +102,8 @@ def test_local_ray_instance_writes_the_same_files(tmp_path: Path) -> None:
     import ray
 
     assert not ray.is_initialized()
-    assert set(Path("/tmp").glob("fb-ray-*")) <= before  # the private temp folder is gone
+    assert len(made) == 1 and Path(made[0]).name.startswith("fb-ray-")
+    assert not Path(made[0]).exists()  # the private temp folder is gone
 
 
 def test_user_errors_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
