@@ -242,6 +242,8 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             "statistics, bookkeeping_rounds: those that carried only bookkeeping flags",
             "*_bookkeeping_scalars": "the flags among the scalars (included in *_scalars)",
             "*_per_client": "whole run, per client",
+            "seconds_per_seed": "wall seconds of a seed; in-process runs leave out the one-time "
+            "compilation of kernels (compile_seconds in the seed's JSON)",
         },
     }
     replay = is_replay_manifest(manifest)
@@ -391,6 +393,7 @@ def seed_files(
         "algorithm": algorithm,
         "seed": seed,
         "seconds": result.seconds,
+        **({} if result.compile_seconds is None else {"compile_seconds": result.compile_seconds}),
         "totals": result.totals,
         "final_regret": float(curve[-1]),
         "status": result.status,

@@ -955,6 +955,10 @@ def summary_table(summary: dict[str, Any]) -> str:
         "95% Student-t over seeds; up/down: scalars sent per client over the run"
     )
     lines.append(
+        "s/seed: wall seconds per seed; in-process runs leave out the one-time compilation of "
+        "kernels (compile_seconds in each seed's JSON)"
+    )
+    lines.append(
         "rounds: exchanges that carried anything; stats: those that carried statistics (the "
         "others carried only bookkeeping flags: sync triggers, collect requests, joined flags)"
     )

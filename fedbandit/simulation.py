@@ -3,12 +3,14 @@ in-process; every runtime builds its server and client groups through here."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numba.core import event as numba_event
 from pydantic import ValidationError
 
 from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec
@@ -25,7 +27,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SeedResult:
-    """One (algorithm, seed) run: the true regret, the communication ledger and the wall time."""
+    """One (algorithm, seed) run: the true regret, the communication ledger and the run time.
+
+    ``seconds`` is the seed's wall time less ``compile_seconds``, the one-time cost of compiling
+    or loading compiled kernels that fell inside it (the first seed a process runs pays it; None
+    where it is not measured: Flower runtimes, whose clients compile in their own processes)."""
 
     algorithm: str
     seed: int
@@ -40,10 +46,15 @@ class SeedResult:
     dropped: Mapping[int, int] = field(default_factory=dict)
     #: The algorithm's own report (``ServerLogic.report``), such as its privacy accounting.
     report: Mapping[str, Any] = field(default_factory=dict)
+    compile_seconds: float | None = None
 
     @staticmethod
     def of(
-        algorithm: str, entropy: list[int], outcome: FederationResult, seconds: float
+        algorithm: str,
+        entropy: list[int],
+        outcome: FederationResult,
+        seconds: float,
+        compile_seconds: float | None = None,
     ) -> SeedResult:
         """The record of a finished federation (any runtime)."""
         return SeedResult(
@@ -57,7 +68,22 @@ class SeedResult:
             failure=outcome.failure,
             dropped=dict(outcome.dropped),
             report=dict(outcome.report),
+            compile_seconds=compile_seconds,
         )
+
+
+@contextlib.contextmanager
+def compile_timer() -> Iterator[list[float]]:
+    """Seconds this process spends holding numba's compiler lock inside the block, as the one
+    element of the list it yields: compiling a kernel, or loading one from numba's cache (the
+    cost the first call of each kernel pays once per process, unrelated to the run's size)."""
+    spent = [0.0]
+
+    def add(duration: float) -> None:
+        spent[0] += duration
+
+    with numba_event.install_timer("numba:compiler_lock", add):
+        yield spent
 
 
 def problem_spec(instance: Instance, horizon: int) -> ProblemSpec:
@@ -150,6 +176,8 @@ def simulate(
 ) -> SeedResult:
     """Run ``algorithm`` over T = ``horizon`` pulls per client; rewards seeded by ``entropy``."""
     start = time.perf_counter()
-    server, groups = build_federation(instance, algorithm, horizon, entropy, params, group_size)
-    outcome = run_federation(server, InProcessRuntime(groups))
-    return SeedResult.of(algorithm, entropy, outcome, time.perf_counter() - start)
+    with compile_timer() as compiling:
+        server, groups = build_federation(instance, algorithm, horizon, entropy, params, group_size)
+        outcome = run_federation(server, InProcessRuntime(groups))
+    wall = time.perf_counter() - start
+    return SeedResult.of(algorithm, entropy, outcome, wall - compiling[0], compiling[0])

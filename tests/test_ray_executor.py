@@ -52,7 +52,7 @@ def tiny_tasks(seeds: int = 2, horizon: int = 256) -> list[RunSpec]:
 
 def without_seconds(text: str) -> dict:
     info = json.loads(text)
-    info.pop("seconds")
+    info.pop("seconds"), info.pop("compile_seconds")
     return info
 
 

@@ -610,7 +610,7 @@ def _result_files(run_dir: Path) -> dict[str, object]:
             key = str(path.relative_to(run_dir))
             if path.suffix == ".json":
                 data = json.loads(path.read_text())
-                data.pop("seconds")
+                data.pop("seconds"), data.pop("compile_seconds", None)
                 files[key] = data
             else:
                 files[key] = path.read_text()

@@ -1,6 +1,7 @@
 """The harness: results files, summary keys, resumption, workers, and plots from files alone."""
 
 import json
+import time
 
 import numpy as np
 import pandas as pd
@@ -293,3 +294,48 @@ def test_plain_progress_writes_at_most_every_interval_and_at_the_end():
     quick.update()
     quick.close()  # the last count was shown already: no repeated line
     assert len(quick.file.getvalue().splitlines()) == 2
+
+
+def test_compile_timer_counts_compiling_once_per_kernel():
+    from numba import njit
+
+    from fedbandit.simulation import compile_timer
+
+    kernel = njit(lambda x: x * 2.0 + 1.0)  # not cached: compiled on its first call
+    started = time.perf_counter()
+    with compile_timer() as first:
+        assert kernel(1.0) == 3.0
+    call = time.perf_counter() - started
+    with compile_timer() as again:
+        assert kernel(2.0) == 5.0
+    assert 0.0 < first[0] <= call
+    assert again == [0.0]
+
+
+def test_seconds_leave_out_the_kernels_a_seed_compiles(tmp_path, monkeypatch):
+    """A seed that compiles a kernel reports the compiling as compile_seconds, not as seconds;
+    summary.json's seconds_per_seed averages the seeds' seconds."""
+    from numba import njit
+
+    import fedbandit.simulation as simulation
+
+    compiled: list[float] = []
+    run = simulation.run_federation
+
+    def run_then_compile(server, runtime):
+        kernel = njit(lambda x: x + 1)  # a new dispatcher: compiled in this seed
+        started = time.perf_counter()
+        kernel(1)
+        compiled.append(time.perf_counter() - started)
+        return run(server, runtime)
+
+    monkeypatch.setattr(simulation, "run_federation", run_then_compile)
+    config = tiny(algorithms='["fedpe"]', horizon=64)
+    out = runner.run_experiment(config, tmp_path / "run", workers=1, progress=False)
+    infos = [json.loads((out / f"runs/fedpe/seed_{s}.json").read_text()) for s in (0, 1)]
+    for info, compiling in zip(infos, compiled, strict=True):
+        assert 0.5 * compiling < info["compile_seconds"] <= compiling + 0.05
+        assert info["seconds"] < compiling  # a 64-step seed runs in well under a compile
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fedpe"]["seconds_per_seed"] == np.mean([i["seconds"] for i in infos])
+    assert "compile_seconds" in summary["units"]["seconds_per_seed"]
