@@ -74,15 +74,16 @@ class SeedResult:
 
 @contextlib.contextmanager
 def compile_timer() -> Iterator[list[float]]:
-    """Seconds this process spends holding numba's compiler lock inside the block, as the one
-    element of the list it yields: compiling a kernel, or loading one from numba's cache (the
-    cost the first call of each kernel pays once per process, unrelated to the run's size)."""
+    """Seconds this process spends holding numba's compiler lock inside the block, set as the
+    one element of the list it yields when the block ends: compiling a kernel, or loading one
+    from numba's cache (the cost the first call of each kernel pays once per process, unrelated
+    to the run's size)."""
     spent = [0.0]
 
-    def add(duration: float) -> None:
-        spent[0] += duration
+    def record(duration: float) -> None:
+        spent[0] = duration
 
-    with numba_event.install_timer("numba:compiler_lock", add):
+    with numba_event.install_timer("numba:compiler_lock", record):
         yield spent
 
 
