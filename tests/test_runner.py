@@ -313,29 +313,29 @@ def test_compile_timer_counts_compiling_once_per_kernel():
 
 
 def test_seconds_leave_out_the_kernels_a_seed_compiles(tmp_path, monkeypatch):
-    """A seed that compiles a kernel reports the compiling as compile_seconds, not as seconds;
-    summary.json's seconds_per_seed averages the seeds' seconds."""
-    from numba import njit
+    """A seed's time under numba's compiler lock (compiling or loading kernels) is reported as
+    compile_seconds, not as seconds; summary.json's seconds_per_seed averages the seeds' seconds.
+    The compiling is a 1.5 s hold of the lock, so that the test does not depend on how long a
+    real compile takes on a loaded machine."""
+    from numba.core import event as numba_event
 
     import fedbandit.simulation as simulation
 
-    compiled: list[float] = []
     run = simulation.run_federation
 
-    def run_then_compile(server, runtime):
-        kernel = njit(lambda x: x + 1)  # a new dispatcher: compiled in this seed
-        started = time.perf_counter()
-        kernel(1)
-        compiled.append(time.perf_counter() - started)
+    def compile_then_run(server, runtime):
+        numba_event.start_event("numba:compiler_lock")
+        time.sleep(1.5)
+        numba_event.end_event("numba:compiler_lock")
         return run(server, runtime)
 
-    monkeypatch.setattr(simulation, "run_federation", run_then_compile)
+    monkeypatch.setattr(simulation, "run_federation", compile_then_run)
     config = tiny(algorithms='["fedpe"]', horizon=64)
     out = runner.run_experiment(config, tmp_path / "run", workers=1, progress=False)
     infos = [json.loads((out / f"runs/fedpe/seed_{s}.json").read_text()) for s in (0, 1)]
-    for info, compiling in zip(infos, compiled, strict=True):
-        assert 0.5 * compiling < info["compile_seconds"] <= compiling + 0.05
-        assert info["seconds"] < compiling  # a 64-step seed runs in well under a compile
+    for info in infos:
+        assert info["compile_seconds"] >= 1.5
+        assert info["seconds"] < 1.0  # a 64-step seed of 20 clients, less its compiling
     summary = json.loads((out / "summary.json").read_text())
     assert summary["fedpe"]["seconds_per_seed"] == np.mean([i["seconds"] for i in infos])
     assert "compile_seconds" in summary["units"]["seconds_per_seed"]
