@@ -25,6 +25,7 @@ from fedbandit.algorithms.glm_ucb import (
     link_slope,
     local_beta,
     project_to_ball,
+    sample_dots,
     sync_threshold,
 )
 from fedbandit.contextual.instances import GLMContextualParams, glm_contextual_instance
@@ -424,15 +425,45 @@ def test_global_updates_do_not_depend_on_client_grouping(arrival, extra):
             np.testing.assert_array_equal(mine, theirs)
 
 
-def test_client_sums_ignore_padding():
+def test_client_sums_weigh_each_sample_and_stop_at_the_count():
+    values = np.array([[[1.0, -1.0], [2.0, 0.5], [3.0, 7.0]], [[4.0, 1.0], [5.0, 2.0], [6.0, 3.0]]])
+    weights = np.array([[1.0, 10.0, 100.0], [2.0, 3.0, 4.0]])
+    sums = client_sums(values, weights, np.array([2, 0]))
+    np.testing.assert_array_equal(sums, [[1.0 + 20.0, -1.0 + 5.0], [0.0, 0.0]])
+
+
+def test_sample_dots_sum_the_coordinates_in_order_and_leave_the_padding_zero():
+    values = np.array([[[1.0, 2.0], [3.0, -1.0], [5.0, 5.0]], [[1.0, 1.0], [2.0, 2.0], [0.0, 0.0]]])
+    point = np.array([[10.0, 1.0], [-1.0, 4.0]])
+    z = sample_dots(values, point, np.array([2, 1]))
+    np.testing.assert_array_equal(z, [[12.0, 29.0, 0.0], [3.0, 0.0, 0.0]])
+    rng = np.random.default_rng(5)
+    values, point = rng.standard_normal((2, 40, 12)), rng.standard_normal((2, 12))
+    z = sample_dots(values, point, np.array([40, 40]))
+    in_order = np.zeros((2, 40))
+    for j in range(12):  # one coordinate after the other, as a plain loop adds them
+        in_order = in_order + values[:, :, j] * point[:, None, j]
+    assert np.array_equal(z, in_order)
+
+
+def test_client_sums_ignore_padding_and_add_in_sample_order():
+    """Bit for bit the last entry of NumPy's running sum of the products (the order FedGLB-UCB's
+    results were first recorded with), whatever the padding beyond each count."""
     rng = np.random.default_rng(3)
-    values = rng.standard_normal((3, 300))
+    values, weights = rng.standard_normal((3, 300, 4)), rng.standard_normal((3, 300))
     count = np.array([300, 137, 0])
-    padded = np.where(np.arange(300) < count[:, None], values, 0.0)
-    sums = client_sums(padded, count)
-    for n in range(3):
-        assert sums[n] == client_sums(values[n : n + 1, : count[n]], count[n : n + 1])[0]
-    assert sums[2] == 0.0
+    inside = np.arange(300) < count[:, None]
+    padded = client_sums(
+        np.where(inside[..., None], values, 9.0), np.where(inside, weights, 9.0), count
+    )
+    running = np.cumsum(values * weights[..., None], axis=1)
+    for n in range(2):
+        assert np.array_equal(padded[n], running[n, count[n] - 1])
+        alone = client_sums(
+            values[n : n + 1, : count[n]], weights[n : n + 1, : count[n]], count[n : n + 1]
+        )
+        assert np.array_equal(padded[n], alone[0])
+    assert np.array_equal(padded[2], np.zeros(4))
 
 
 # --- seed-averaged ------------------------------------------------------------------------------

@@ -87,6 +87,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+import numba
 import numpy as np
 from pydantic import Field
 
@@ -147,15 +148,40 @@ def model_link(params: FedGLBParams, spec: ProblemSpec) -> str:
     return params.link or spec.reward_link or "logistic"
 
 
-def client_sums(values: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """sum_{l < count_n} values[n, l] per client n, added in sample order whatever the padding
-    beyond count_n (a running sum, so the result never depends on how many clients share the
-    array): (n, L, ...) -> (n, ...)."""
-    if values.shape[1] == 0:
-        return np.zeros((values.shape[0], *values.shape[2:]))
-    running = np.cumsum(values, axis=1)
-    last = running[np.arange(len(count)), np.maximum(count - 1, 0)]
-    return np.where(np.reshape(count > 0, (-1,) + (1,) * (values.ndim - 2)), last, 0.0)
+@numba.njit(cache=True)
+def client_sums(values: np.ndarray, weights: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """sum_{l < count_n} weights[n, l] values[n, l] per client n: (n, L, d), (n, L), (n,) ->
+    (n, d). Added in sample order from the first term (the last entry of a running sum), so the
+    result never depends on the padding beyond count_n or on how many clients share the array;
+    one pass, where NumPy would form the (n, L, d) products and their running sums."""
+    n, _, d = values.shape
+    out = np.zeros((n, d))
+    for i in range(n):
+        if count[i] == 0:
+            continue
+        for j in range(d):
+            out[i, j] = values[i, 0, j] * weights[i, 0]
+        for sample in range(1, count[i]):
+            weight = weights[i, sample]
+            for j in range(d):
+                out[i, j] += values[i, sample, j] * weight
+    return out
+
+
+@numba.njit(cache=True)
+def sample_dots(values: np.ndarray, point: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """z[n, l] = values[n, l]^T point[n] for l < count_n, 0 beyond: (n, L, d), (n, d), (n,) ->
+    (n, L). Summed over the d coordinates in order (NumPy's ``(values * point).sum(axis=2)``
+    pairs terms from d = 9 on, so the two can differ in the last bit)."""
+    n, length, d = values.shape
+    out = np.zeros((n, length))
+    for i in range(n):
+        for sample in range(count[i]):
+            acc = 0.0
+            for j in range(d):
+                acc += values[i, sample, j] * point[i, j]
+            out[i, sample] = acc
+    return out
 
 
 def link_mean(link: str, z: np.ndarray) -> np.ndarray:
@@ -497,12 +523,13 @@ class FedGLBClient(ClientLogic):
         member = np.asarray(message.fields["member"], dtype=bool)
         used = int(self.data_count.max(initial=0))
         data_x, data_y = self.data_x[:, :used], self.data_y[:, :used]
-        z = (data_x * point[:, None, :]).sum(axis=2)
+        z = sample_dots(data_x, point, self.data_count)
         if message.kind == "finish":
-            sumsq = np.where(member[:, 0], client_sums(z * z, self.data_count), 0.0)
-            return self._reply("sumsq", message, {"sumsq": sumsq[:, None], "member": member})
+            sumsq = client_sums(z[:, :, None], z, self.data_count)
+            sumsq = np.where(member, sumsq, 0.0)
+            return self._reply("sumsq", message, {"sumsq": sumsq, "member": member})
         residual = link_mean(self.link, z) - data_y
-        gradient = client_sums(data_x * residual[:, :, None], self.data_count)
+        gradient = client_sums(data_x, residual, self.data_count)
         gradient = np.where(member, gradient, 0.0)[:, None]
         return self._reply("gradient", message, {"gradient": gradient, "member": member})
 
