@@ -24,6 +24,9 @@ def test_dense_sparse_and_known_fields_are_counted_by_hand():
     # Client 4 holds 2 arms: 2 * (2 + 4) + 1 = 13 scalars; client 7 holds 1: 6 + 1 = 7.
     np.testing.assert_array_equal(message.scalars_per_client(), [13, 7])
     np.testing.assert_array_equal(message.bytes_per_client(), [13 * 8, 7 * 8])
+    scalars, num_bytes, flagged = message.tally(frozenset({"l", "active"}))
+    np.testing.assert_array_equal(scalars, [13, 7])
+    assert (num_bytes, flagged) == (20 * 8, 2)  # "active" is known: never counted
 
 
 def test_dtype_sets_bytes():
@@ -35,6 +38,9 @@ def test_dtype_sets_bytes():
     )
     np.testing.assert_array_equal(message.scalars_per_client(), [8, 8, 8])
     np.testing.assert_array_equal(message.bytes_per_client(), [16 + 4, 20, 20])
+    scalars, num_bytes, flagged = message.tally(frozenset({"flags"}))
+    np.testing.assert_array_equal(scalars, [8, 8, 8])
+    assert (num_bytes, flagged) == (60, 12)
 
 
 def test_select_and_concatenate_round_trip():

@@ -98,10 +98,15 @@ class CommunicationLedger:
     rows: list[dict[str, float | int | str]] = field(default_factory=list)
     bookkeeping_fields: frozenset[str] = frozenset()
 
-    def record(self, message: Message, direction: str, pulls_mean: float) -> None:
-        scalars = message.scalars_per_client()
-        num_bytes = message.bytes_per_client()
-        flags = message.scalars_per_client(only=self.bookkeeping_fields)
+    def record(
+        self,
+        message: Message,
+        direction: str,
+        pulls_mean: float,
+        tally: tuple[np.ndarray, int, int] | None = None,
+    ) -> None:
+        """One row for ``message``; ``tally`` is its ``Message.tally`` when already taken."""
+        scalars, num_bytes, flags = tally or message.tally(self.bookkeeping_fields)
         self.rows.append(
             {
                 "round": message.round,
@@ -110,8 +115,8 @@ class CommunicationLedger:
                 "t": pulls_mean,
                 "messages": int(np.count_nonzero(scalars)),
                 "scalars": int(scalars.sum()),
-                "bytes": int(num_bytes.sum()),
-                "bookkeeping_scalars": int(flags.sum()),
+                "bytes": num_bytes,
+                "bookkeeping_scalars": flags,
             }
         )
 
@@ -119,11 +124,12 @@ class CommunicationLedger:
         """The round's downlink ``message`` and the ``reply`` received (None: nobody answered)."""
         pulls = reply.meta.get("pulls") if reply is not None else None
         pulls_mean = float(np.mean(pulls)) if pulls is not None and len(pulls) else float("nan")
-        uplink = reply is not None and bool(reply.scalars_per_client().any())
-        if message.scalars_per_client().any() or uplink:
-            self.record(message, "downlink", pulls_mean)
+        down = message.tally(self.bookkeeping_fields)
+        up = reply.tally(self.bookkeeping_fields) if reply is not None else None
+        if down[0].any() or (up is not None and up[0].any()):
+            self.record(message, "downlink", pulls_mean, down)
             if reply is not None:
-                self.record(reply, "uplink", pulls_mean)
+                self.record(reply, "uplink", pulls_mean, up)
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd  # only where results are written: clients never need it
