@@ -66,6 +66,26 @@ def test_sweep_benchmark_measures_the_overhead_ratio():
     assert "overhead ratio" in format_table("sweep", result)
 
 
+def test_glm_benchmark_times_the_compiled_gradient_against_numpy():
+    from fedbandit.bench import _glm_gradient_compiled, _glm_gradient_numpy
+
+    result = BENCHMARKS["glm"](quick=True)
+    assert result["gradient_speedup"] == pytest.approx(
+        result["numpy_gradient_ms"] / result["compiled_gradient_ms"], rel=1e-12
+    )
+    assert result["seed_seconds"] > 0 and (result["T"], result["repeats"]) == (200, 1)
+    table = format_table("glm", result)
+    assert "fedglb_ucb seconds/seed (one run)" in table and "[quick]" in table
+    assert "NumPy (before), ms (best of 5)" in table
+    # The two formulations compute the same gradients, down to rounding (hand-sized data).
+    data_x = np.array([[[1.0, 0.0], [0.0, 2.0], [5.0, 5.0]], [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]])
+    data_y = np.array([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    point, count = np.zeros((2, 2)), np.array([2, 1])
+    expected = [[-0.5, 1.0], [0.5, 0.5]]  # mu(0) = 1/2: sum (1/2 - y) x over the counted samples
+    np.testing.assert_allclose(_glm_gradient_numpy(data_x, data_y, point, count), expected)
+    np.testing.assert_allclose(_glm_gradient_compiled(data_x, data_y, point, count), expected)
+
+
 def test_privacy_benchmark_reports_the_measured_ratio():
     result = BENCHMARKS["privacy"](quick=True)
     expected = result["private_seconds"] / result["batched_seconds"]
