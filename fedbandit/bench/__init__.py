@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from fedbandit.config import load_experiment
 from fedbandit.contextual.environment import ContextualEnvironment
 from fedbandit.contextual.instances import ContextualParams, contextual_instance
 from fedbandit.federation.messages import Message
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
+from fedbandit.registry import build_instance
 from fedbandit.simulation import problem_spec, simulate
 
 # The benchmarks' heavier parts (numba kernels, cvxpy, pandas, Flower) are imported by the
@@ -507,9 +509,6 @@ def bench_glm(quick: bool = False) -> dict[str, Any]:
     quick), best of 2 (one run quick); and one AGD gradient evaluation over every client's data
     (M = 20 clients of L = T samples, d = 10), NumPy as before against the compiled passes, on
     the same arrays, interleaved, best of 20 (5 quick)."""
-    from fedbandit.config import load_experiment
-    from fedbandit.registry import build_instance
-
     horizon = 200 if quick else 1000
     config = load_experiment("fed_glm", [f"horizon={horizon}"])
     instance = build_instance(config.instance)
