@@ -18,7 +18,7 @@ own value, so communication is the same with and without secure aggregation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,16 +73,15 @@ class Message:
         """Transmitted scalars for each addressed client, shape (n,); of the fields named in
         ``only`` alone when it is given."""
         total = np.zeros(self.num_clients, dtype=np.int64)
-        for name, value in self.fields.items():
-            if name not in self.known and (only is None or name in only):
-                total += self._entries(name, value)
+        for name, _, entries in self._transmitted():
+            if only is None or name in only:
+                total += entries
         return total
 
     def bytes_per_client(self) -> np.ndarray:
         total = np.zeros(self.num_clients, dtype=np.int64)
-        for name, value in self.fields.items():
-            if name not in self.known:
-                total += self._entries(name, value) * value.dtype.itemsize
+        for _, value, entries in self._transmitted():
+            total += entries * value.dtype.itemsize
         return total
 
     def tally(self, only: frozenset[str] = frozenset()) -> tuple[np.ndarray, int, int]:
@@ -90,16 +89,19 @@ class Message:
         ``only``) in one pass over the fields: what a ledger row needs."""
         scalars = np.zeros(self.num_clients, dtype=np.int64)
         num_bytes = flagged = 0
-        for name, value in self.fields.items():
-            if name in self.known:
-                continue
-            entries = self._entries(name, value)
+        for name, value, entries in self._transmitted():
             scalars += entries
             total = int(entries.sum())
             num_bytes += total * value.dtype.itemsize
             if name in only:
                 flagged += total
         return scalars, num_bytes, flagged
+
+    def _transmitted(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+        """(name, value, scalars sent per client) of every field not already ``known``."""
+        for name, value in self.fields.items():
+            if name not in self.known:
+                yield name, value, self._entries(name, value)
 
     def _entries(self, name: str, value: np.ndarray) -> np.ndarray:
         mask_name = self.sparse.get(name)
