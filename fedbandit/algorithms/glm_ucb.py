@@ -184,6 +184,16 @@ def sample_dots(values: np.ndarray, point: np.ndarray, count: np.ndarray) -> np.
     return out
 
 
+def client_gradients(
+    data_x: np.ndarray, data_y: np.ndarray, point: np.ndarray, count: np.ndarray, link: str
+) -> np.ndarray:
+    """sum_{l < count_n} (mu(x_l^T x) - y_l) x_l per client n, the GLM score at ``point`` x over
+    each client's data: (n, L, d), (n, L), (n, d), (n,) -> (n, d) (``sample_dots``, then
+    ``client_sums``)."""
+    residual = link_mean(link, sample_dots(data_x, point, count)) - data_y
+    return client_sums(data_x, residual, count)
+
+
 def link_mean(link: str, z: np.ndarray) -> np.ndarray:
     """mu(z): logistic 1 / (1 + e^-z) or probit Phi(z)."""
     from scipy.special import expit, ndtr  # SciPy: deferred, as by the GLM instances
@@ -523,13 +533,11 @@ class FedGLBClient(ClientLogic):
         member = np.asarray(message.fields["member"], dtype=bool)
         used = int(self.data_count.max(initial=0))
         data_x, data_y = self.data_x[:, :used], self.data_y[:, :used]
-        z = sample_dots(data_x, point, self.data_count)
         if message.kind == "finish":
-            sumsq = client_sums(z[:, :, None], z, self.data_count)
-            sumsq = np.where(member, sumsq, 0.0)
+            z = sample_dots(data_x, point, self.data_count)
+            sumsq = np.where(member, client_sums(z[:, :, None], z, self.data_count), 0.0)
             return self._reply("sumsq", message, {"sumsq": sumsq, "member": member})
-        residual = link_mean(self.link, z) - data_y
-        gradient = client_sums(data_x, residual, self.data_count)
+        gradient = client_gradients(data_x, data_y, point, self.data_count, self.link)
         gradient = np.where(member, gradient, 0.0)[:, None]
         return self._reply("gradient", message, {"gradient": gradient, "member": member})
 

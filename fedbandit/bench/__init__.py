@@ -497,11 +497,10 @@ def _glm_gradient_numpy(data_x: np.ndarray, data_y: np.ndarray, point: np.ndarra
 
 
 def _glm_gradient_compiled(data_x: np.ndarray, data_y: np.ndarray, point: np.ndarray, count):
-    """The same gradients as ``GLMClients._evaluate`` computes them now."""
-    from fedbandit.algorithms.glm_ucb import client_sums, link_mean, sample_dots
+    """The same gradients as FedGLB-UCB's clients compute them now (``client_gradients``)."""
+    from fedbandit.algorithms.glm_ucb import client_gradients
 
-    residual = link_mean("logistic", sample_dots(data_x, point, count)) - data_y
-    return client_sums(data_x, residual, count)
+    return client_gradients(data_x, data_y, point, count, "logistic")
 
 
 def bench_glm(quick: bool = False) -> dict[str, Any]:
