@@ -1,8 +1,8 @@
 """The Python API: run experiments, read results, look up what is registered.
 
 ``fedbandit run`` on the command line and ``fedbandit.run`` here are the same function over the
-same harness (``runner.run_experiment``); ``Results`` (``fedbandit.results``) reads a results
-folder into pandas frames.
+same harness (``fedbandit.runner.run_experiment``); ``Results`` (``fedbandit.results``) reads a
+results folder into pandas frames.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from fedbandit.registry import algorithms, build_instance, instance_kinds
 from fedbandit.results import Results, load_results
 from fedbandit.rng import run_entropy
 from fedbandit.runner import run_experiment
-from fedbandit.runner import run_sweep as run_points
+from fedbandit.runs.sweeps import run_sweep as run_points
 from fedbandit.runspec import RuntimeOptions
 from fedbandit.simulation import SeedResult
 from fedbandit.simulation import simulate as simulate_seed

@@ -117,8 +117,9 @@ def _type_name(annotation: object) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedbandit.api import run
-    from fedbandit.results import read_json
-    from fedbandit.runner import default_out_dir, summary_table
+    from fedbandit.results.files import read_json
+    from fedbandit.runs.planning import default_out_dir
+    from fedbandit.runs.report import summary_table
 
     if args.runtime == "flower-sim":  # a wrong setting is one line before anything runs
         simulation_poll.poll_from_env(os.environ.get(simulation_poll.ENV))
@@ -224,7 +225,7 @@ def _exec_flower(
 
 def _detach(config: ExperimentConfig, options: RuntimeOptions, args: argparse.Namespace) -> int:
     """``run --detach``: submit and return; say how to follow the run."""
-    from fedbandit.results import read_json
+    from fedbandit.results.files import read_json
     from fedbandit.runner import run_experiment
 
     run_dir = run_experiment(
@@ -259,7 +260,7 @@ def _reach(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from fedbandit.runner import detached_status
+    from fedbandit.runs.detached import detached_status
 
     try:
         heading, lines = detached_status(args.out, _reach(args))
@@ -279,8 +280,9 @@ ASK_AGAIN = 75
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
-    from fedbandit.results import read_json
-    from fedbandit.runner import pull_detached, summary_table
+    from fedbandit.results.files import read_json
+    from fedbandit.runs.detached import pull_detached
+    from fedbandit.runs.report import summary_table
 
     try:
         manifest = pull_detached(args.out, reach=_reach(args), run_id=args.run_id)
@@ -441,7 +443,8 @@ def _add_deployment_commands(sub: argparse._SubParsersAction) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import datetime as dt
 
-    from fedbandit.runner import RESULTS_ROOT, run_sweep
+    from fedbandit.runs.planning import RESULTS_ROOT
+    from fedbandit.runs.sweeps import run_sweep
     from fedbandit.sweep import load_sweep, parse_grid_option, plot_sweep, seeds_of
 
     config = load_experiment(args.experiment, list(args.set or []))
@@ -494,7 +497,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from fedbandit.results import atomic_write_csv
+    from fedbandit.results.files import atomic_write_csv
     from fedbandit.sweep import collect_table, summarize_table
 
     table = collect_table([Path(d) for d in args.run_dirs])

@@ -15,7 +15,7 @@ from pathlib import Path
 from fedbandit.flower.deployment import Submission, run_seed, run_seeds
 from fedbandit.flower.simulation import simulate_flower, simulate_flower_seeds
 from fedbandit.registry import build_instance
-from fedbandit.results import seed_files, write_files, write_seed_result
+from fedbandit.results.files import seed_files, write_files, write_seed_result
 from fedbandit.runspec import RUNTIME_NAMES, RunSpec
 from fedbandit.simulation import SeedResult, simulate
 from fedbandit.threads import process_defaults
@@ -41,8 +41,9 @@ class RuntimeEntry:
 
 
 def local_seed_files(spec: RunSpec) -> dict[str, str]:
-    """Run one seed in this process and return its result files as texts (``runner.seed_files``):
-    what a worker that shares no file system with the driver (a Ray task) sends back."""
+    """Run one seed in this process and return its result files as texts
+    (``fedbandit.results.files.seed_files``): what a worker that shares no file system with the
+    driver (a Ray task) sends back."""
     process_defaults()
     config = spec.experiment
     result = simulate(

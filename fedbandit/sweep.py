@@ -4,7 +4,7 @@ A sweep varies config keys (dotted, as for ``--set``): ``grid`` takes the cartes
 lists, ``zip`` varies its lists together (all of one length); the points are the product of the
 grid and the zipped tuples. Each point is an ordinary experiment run in ``OUT/points/pNNN/`` (the
 harness's files, manifest, resume), and every (point, algorithm, seed) is one task of a single
-pool of long-lived worker processes (or of a Ray cluster): ``fedbandit.runner.run_sweep``.
+pool of long-lived worker processes (or of a Ray cluster): ``fedbandit.runs.sweeps.run_sweep``.
 ``OUT/sweep.json`` lists the points and says whether the sweep is complete; ``sweep.csv`` has one
 row per (point, algorithm, seed) and ``sweep_summary.csv`` one per (point, algorithm).
 """
@@ -30,7 +30,7 @@ from fedbandit.config import (
 )
 from fedbandit.errors import ConfigError
 from fedbandit.plotting import plot_sweep_parameter, plot_sweep_tradeoff, save_figure
-from fedbandit.results import atomic_write_csv, completed_seeds, read_json, seed_stem
+from fedbandit.results.files import atomic_write_csv, completed_seeds, read_json, seed_stem
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

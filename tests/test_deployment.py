@@ -24,7 +24,7 @@ from flower_deploy import (
 )
 
 from fedbandit.cli import main
-from fedbandit.results import read_json
+from fedbandit.results.files import read_json
 
 pytestmark = pytest.mark.slow
 

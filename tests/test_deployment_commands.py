@@ -143,7 +143,7 @@ def test_an_unreachable_superlink_is_one_line_and_leaves_the_folder_resumable(tm
     with the reason, and no traceback."""
     import socket
 
-    from fedbandit.results import read_json
+    from fedbandit.results.files import read_json
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -245,13 +245,15 @@ def test_status_and_pull_exit_75_while_the_superlink_cannot_answer(
 ):
     """The documented wait loop (`while fedbandit pull OUT; [ $? -eq 75 ]`) keeps waiting
     through an outage: one line on standard error, exit 75, the folder untouched."""
-    import fedbandit.runner as runner
+    import fedbandit.runs.detached as detached
     from fedbandit.flower.deployment import AskAgainError
 
     def down(*args, **kwargs):
         raise AskAgainError("the SuperLink at 127.0.0.1:9 is unreachable (connection refused)")
 
-    monkeypatch.setattr(runner, "detached_status" if command == "status" else "pull_detached", down)
+    monkeypatch.setattr(
+        detached, "detached_status" if command == "status" else "pull_detached", down
+    )
     assert main([command, str(tmp_path)]) == 75
     err = capsys.readouterr().err
     assert err == "fedbandit: the SuperLink at 127.0.0.1:9 is unreachable (connection refused)\n"
@@ -310,9 +312,9 @@ def test_pull_by_run_id_rebuilds_a_lost_folder_from_the_log(tmp_path, listening,
     The SuperLink is a stand-in here; tests/test_deployment.py rebuilds from a real one."""
     import types
 
-    import fedbandit.runner as runner
+    import fedbandit.runs.detached as detached
     from fedbandit.flower.deployment import RUN_RECORD, DetachedState, run_record
-    from fedbandit.results import read_json
+    from fedbandit.results.files import read_json
     from fedbandit.runtimes import local_seed_files
 
     options = RuntimeOptions(runtime="flower", superlink="10.0.0.5:9092", insecure=True)
@@ -323,7 +325,7 @@ def test_pull_by_run_id_rebuilds_a_lost_folder_from_the_log(tmp_path, listening,
     context = types.SimpleNamespace(run_id=7, run_config={"jobs": json.dumps(jobs)})
     emitted = {("fedpe", spec.seed): local_seed_files(spec) for spec in specs}
     state = {"now": DetachedState("running", {}, {("fedpe", 0): "round 3"}, None, [])}
-    monkeypatch.setattr(runner, "detached_state", lambda submission, run_id: state["now"])
+    monkeypatch.setattr(detached, "detached_state", lambda submission, run_id: state["now"])
     out = tmp_path / "rebuilt"
     argv = ["pull", str(out), "--run-id", "7", "--superlink", listening, "--insecure", "--quiet"]
     assert main(argv) == 75  # nothing has finished: nothing to rebuild from yet

@@ -28,7 +28,7 @@ from flower_deploy import (
     wait_for_rounds,
 )
 
-from fedbandit.results import read_json
+from fedbandit.results.files import read_json
 
 pytestmark = pytest.mark.slow
 

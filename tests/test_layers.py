@@ -62,7 +62,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "runtimes and executors",
         ("fedbandit.runtimes", "fedbandit.flower", "fedbandit.executors"),
     ),
-    ("orchestration", ("fedbandit.runner",)),
+    ("orchestration", ("fedbandit.runner", "fedbandit.runs")),
     ("faces", ("fedbandit", "fedbandit.api", "fedbandit.cli", "fedbandit.bench")),
 ]
 

@@ -30,7 +30,7 @@ from fedbandit.config import load_experiment
 from fedbandit.errors import ConfigError, DeploymentError
 from fedbandit.executors import ray_executor
 from fedbandit.executors.ray_executor import run_on_ray
-from fedbandit.results import write_files
+from fedbandit.results.files import write_files
 from fedbandit.runspec import RunSpec
 from fedbandit.runtimes import local_seed_files
 

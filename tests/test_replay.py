@@ -39,7 +39,8 @@ from fedbandit.datasets.replay import (
 from fedbandit.errors import ConfigError, DataError, MissingDataError
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.registry import build_instance
-from fedbandit.results import hit_curve, load_results
+from fedbandit.results import load_results
+from fedbandit.results.replay import hit_curve
 from fedbandit.runner import run_experiment
 from fedbandit.runspec import RuntimeOptions
 from fedbandit.simulation import SeedResult, build_federation, simulate
@@ -961,7 +962,7 @@ def test_preprocessing_errors_are_one_line(tmp_path, capsys):
 
 
 def test_the_terminal_table_reports_a_replays_reward_and_its_ratio():
-    from fedbandit.runner import summary_table
+    from fedbandit.runs.report import summary_table
 
     entry = {
         "final_regret_mean": 26.88,

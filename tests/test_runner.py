@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 import fedbandit.runner as runner
+import fedbandit.runs.execution as execution
 from fedbandit.cli import main
 from fedbandit.config import ConfigError, load_experiment
 from fedbandit.results import plot_regret, plot_run
@@ -66,7 +67,7 @@ def test_workers_do_not_change_results(tmp_path):
 
 def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    real = runner.run_task
+    real = execution.run_task
     calls = []
 
     def flaky(spec, run_dir):
@@ -75,7 +76,7 @@ def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch)
         calls.append((spec.algorithm, spec.seed))
         return real(spec, run_dir)
 
-    monkeypatch.setattr(runner, "run_task", flaky)
+    monkeypatch.setattr(execution, "run_task", flaky)
     with pytest.raises(KeyboardInterrupt):
         runner.run_experiment(tiny(), out, workers=1, progress=False)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -89,7 +90,7 @@ def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch)
 
     stale = out / "runs" / "fedpe" / ".seed_0.json.k3j2.tmp"  # as a killed writer leaves it
     stale.write_text("{")
-    monkeypatch.setattr(runner, "run_task", real)
+    monkeypatch.setattr(execution, "run_task", real)
     calls.clear()
     resumed = runner.run_experiment(tiny(), out, workers=1, progress=False)
     assert not stale.exists()
@@ -216,7 +217,7 @@ def test_a_runtime_that_runs_seeds_together_stops_after_an_aborted_seed(tmp_path
 
     from tqdm import tqdm
 
-    from fedbandit.results import atomic_write_json, seed_stem
+    from fedbandit.results.files import atomic_write_json, seed_stem
     from fedbandit.runspec import RunSpec
 
     started = []
@@ -232,12 +233,14 @@ def test_a_runtime_that_runs_seeds_together_stops_after_an_aborted_seed(tmp_path
             if not finished(spec, run_dir):
                 return
 
-    entry = runner.RUNTIMES["local"]
-    monkeypatch.setitem(runner.RUNTIMES, "local", dataclasses.replace(entry, run_seeds=run_seeds))
+    entry = execution.RUNTIMES["local"]
+    monkeypatch.setitem(
+        execution.RUNTIMES, "local", dataclasses.replace(entry, run_seeds=run_seeds)
+    )
     config = load_experiment("fedpe_tiny", ["seeds=4"])
     tasks = [(RunSpec(experiment=config, algorithm="fedpe", seed=s), tmp_path) for s in range(4)]
     with tqdm(total=4, file=io.StringIO()) as bar:
-        reason = runner.run_tasks(tasks, 1, bar)
+        reason = execution.run_tasks(tasks, 1, bar)
         assert bar.n == 2
     assert started == [0, 1]
     assert reason.startswith("fedpe seed 1 aborted (node 7 lost); the runs after it were not")
@@ -279,7 +282,7 @@ def test_progress_into_a_log_file_is_plain_lines_not_carriage_returns(tmp_path):
 def test_plain_progress_writes_at_most_every_interval_and_at_the_end():
     import io
 
-    from fedbandit.runner import PlainProgress
+    from fedbandit.runs.progress import PlainProgress
 
     log = io.StringIO()
     bar = PlainProgress(5, "study", every=3600.0, file=log)

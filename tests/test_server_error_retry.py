@@ -22,7 +22,7 @@ from fedbandit.flower.internals.server_error_retry import (
     install_supernode,
     tolerate_server_errors,
 )
-from fedbandit.results import read_json
+from fedbandit.results.files import read_json
 
 HERE = Path(__file__).parent
 

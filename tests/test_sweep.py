@@ -144,10 +144,10 @@ def test_resume_and_seed_shards_give_the_same_table(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
 
     # an interrupted sweep is incomplete and resumes where it stopped
-    from fedbandit import runner
+    from fedbandit.runs import execution
 
     interrupted = tmp_path / "interrupted"
-    real, calls = runner.run_task, []
+    real, calls = execution.run_task, []
 
     def flaky(spec, run_dir):
         if len(calls) == 3:
@@ -155,12 +155,12 @@ def test_resume_and_seed_shards_give_the_same_table(tmp_path, monkeypatch):
         calls.append(spec)
         return real(spec, run_dir)
 
-    monkeypatch.setattr(runner, "run_task", flaky)
+    monkeypatch.setattr(execution, "run_task", flaky)
     code = main(["sweep", str(path), "--out", str(interrupted), "--quiet", "--workers", "1",
                  "--seeds", "4"])  # fmt: skip
     assert code == 130
     assert json.loads((interrupted / "sweep.json").read_text())["status"] == "incomplete"
-    monkeypatch.setattr(runner, "run_task", real)
+    monkeypatch.setattr(execution, "run_task", real)
     assert main(["sweep", str(path), "--out", str(interrupted), "--quiet", "--seeds", "4"]) == 0
     c = pd.read_csv(interrupted / "sweep.csv").drop(columns="seconds").sort_values(key)
     pd.testing.assert_frame_equal(a.reset_index(drop=True), c.reset_index(drop=True))

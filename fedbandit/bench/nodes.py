@@ -43,7 +43,7 @@ from fedbandit.bench.deploy import (
     wait_for_nodes,
 )
 from fedbandit.flower.deployment import Submission
-from fedbandit.results import read_json
+from fedbandit.results.files import read_json
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32)
 CLIENTS = 240

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbandit.config import validate_experiment
-from fedbandit.runner import run_sweep
+from fedbandit.runs.sweeps import run_sweep
 from fedbandit.sweep import load_sweep
 
 

@@ -1,2 +1,3 @@
 """Executors: where the independent tasks of a study (one ``RunSpec`` each) run. Each executor
-returns every task's result files to the driver, which writes them (``runner.write_files``)."""
+returns every task's result files to the driver, which writes them
+(``fedbandit.results.files.write_files``)."""

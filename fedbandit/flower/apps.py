@@ -589,7 +589,7 @@ def _write_result(job: FlowerJob, context: Context, seconds: float) -> SeedResul
     ``fedbandit pull --run-id`` rebuilds a lost folder from). Nothing is written where the
     driver says: a copy stays on this host only in the folder its operator named
     (``deployment.keep_on_server``)."""
-    from fedbandit.results import seed_files  # pandas: the ServerApp's end only
+    from fedbandit.results.files import seed_files  # pandas: the ServerApp's end only
 
     outcome = job.results.pop()
     result = SeedResult.of(job.algorithm, job.entropy, outcome, seconds)
@@ -609,7 +609,7 @@ def latency_file(algorithm: str, seed: int, timings: list[dict[str, Any]]) -> di
     node's handler)."""
     import pandas as pd  # a fifth of a second to import: only where a latency table is written
 
-    from fedbandit.results import seed_stem
+    from fedbandit.results.files import seed_stem
 
     frame = pd.DataFrame(timings, columns=["round", "kind", "server_s", "exchange_s", "client_s"])
     frame["transport_s"] = frame["exchange_s"] - frame["client_s"]

@@ -633,10 +633,10 @@ def wait_for_secure_nodes(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Before a run with secure aggregation is submitted (``runner.preflight``, once per command,
-    before its folder exists): wait up to ``--start-deadline`` until the SuperLink lists enough
-    SuperNodes online (3, or ``--secure-threshold`` when higher), and refuse it in one line
-    otherwise, nothing submitted. The ServerApp checks again with the nodes
+    """Before a run with secure aggregation is submitted (``fedbandit.runs.planning.preflight``,
+    once per command, before its folder exists): wait up to ``--start-deadline`` until the
+    SuperLink lists enough SuperNodes online (3, or ``--secure-threshold`` when higher), and
+    refuse it in one line otherwise, nothing submitted. The ServerApp checks again with the nodes
     that serve the run; a SuperLink that cannot list its nodes (or cannot be reached) leaves the
     check to it."""
     if not options.secure_aggregation or unreachable(submission.superlink):
@@ -702,7 +702,7 @@ def run_seed(
     (``LogStream``), so the end of a seed is noticed when its files have arrived.
     ``absent_clients``: clients lost for good in an earlier seed of the command
     (``--on-client-failure drop``), dropped from this seed at once when no node serves them."""
-    from fedbandit.results import write_files
+    from fedbandit.results.files import write_files
 
     job = FlowerJob(
         spec,
@@ -734,7 +734,7 @@ def run_seeds(tasks: list[tuple[RunSpec, Path]], finished: Callable[[RunSpec, Pa
     Under ``--on-client-failure drop`` the clients a seed lost go into the following seeds as
     ``absent_clients``: they are dropped at once unless a node serves them again, instead of
     each seed waiting ``--start-deadline`` for them."""
-    from fedbandit.results import read_json, seed_stem
+    from fedbandit.results.files import read_json, seed_stem
 
     lost: set[int] = set()
     for spec, run_dir in tasks:
@@ -792,7 +792,7 @@ def keep_on_server(context: object, files: dict[str, str]) -> Path | None:
     when the operator set ``SERVER_RESULTS_VARIABLE`` there; the folder, or None. A folder that
     cannot be written is a warning in the run's log, never a failed seed: the files reach the
     driver through the log whatever happens here."""
-    from fedbandit.results import write_files
+    from fedbandit.results.files import write_files
 
     root = os.environ.get(SERVER_RESULTS_VARIABLE, "")
     if not root:

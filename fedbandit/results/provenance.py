@@ -1,0 +1,88 @@
+"""What a run's manifest records of the code and machine that made it: package versions, the git
+commit of a checkout, the plugins' distributions, the platform."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedbandit._version import __version__
+from fedbandit.registry import algorithms as registered_algorithms
+from fedbandit.registry import instance_kinds
+
+if TYPE_CHECKING:
+    pass
+
+
+PACKAGES = ("fedbandit", "numpy", "scipy", "cvxpy", "clarabel", "flwr", "pandas", "matplotlib")
+
+
+@functools.cache
+def package_versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0]}
+    for name in PACKAGES:
+        if name == "fedbandit":  # the running code's own version, installed or not
+            versions[name] = __version__
+            continue
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+@functools.cache
+def git_commit() -> str | None:
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():  # an installed package: no checkout of its own
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def machine_facts() -> dict[str, Any]:
+    return {"platform": platform.platform(), "cpus": os.cpu_count()}
+
+
+def plugin_versions(algorithm_names: list[str], instance: Any) -> dict[str, str]:
+    """Where each plugin algorithm or instance kind of the run comes from (distribution and
+    entry point, with the distribution's version): a result names the code that made it."""
+    found = {}
+    for registry, names in (
+        (registered_algorithms(), algorithm_names),
+        (instance_kinds(), [str(getattr(instance, "kind", ""))]),
+    ):
+        for name in names:
+            origin = registry.origins.get(name, "fedbandit")
+            if origin != "fedbandit":
+                dist = origin.split(" ", 1)[0]
+                try:
+                    version = metadata.version(dist)
+                except metadata.PackageNotFoundError:
+                    version = "unknown"
+                found[name] = f"{origin}, version {version}"
+    return found

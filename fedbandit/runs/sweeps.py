@@ -1,0 +1,192 @@
+"""Running a study (``fedbandit sweep``): every (point, algorithm, seed) of the ``[sweep]`` table as
+one task of a single worker pool or of a Ray cluster (the driver writes the files a Ray task
+returns), then each point's summary and the study's tables (``fedbandit.sweep``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fedbandit.config import ExperimentConfig
+from fedbandit.errors import ConfigError
+from fedbandit.executors.ray_executor import run_on_ray
+from fedbandit.registry import build_instance
+from fedbandit.results.files import (
+    atomic_write_json,
+    read_json,
+    remove_stale_temporaries,
+    seed_done,
+    write_files,
+)
+from fedbandit.results.summary import record_failures, summarize
+from fedbandit.runs.execution import run_tasks
+from fedbandit.runs.planning import (
+    check_memory,
+    check_out_dir,
+    preflight,
+    prepare_run_folder,
+)
+from fedbandit.runs.progress import Progress, progress_bar
+from fedbandit.runspec import EXECUTORS, RunSpec, RuntimeOptions
+from fedbandit.sweep import SweepPoint, collect_table, config_keys, expand, write_tables
+
+
+def run_sweep(
+    config: ExperimentConfig,
+    out_dir: Path,
+    *,
+    extra_grid: Sequence[tuple[str, list[Any]]] = (),
+    seeds: list[int] | None = None,
+    workers: int | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    progress: bool = True,
+    force: bool = False,
+) -> Path:
+    """Run every (point, algorithm, seed) of the sweep not yet done in ``out_dir``; write each
+    point's summary and the sweep's tables (``force``: run even above the memory estimate).
+    Returns ``out_dir``."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if address is not None and executor != "ray":
+        raise ConfigError("--address applies to --executor ray")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    points = expand(config, extra_grid)
+    seed_list = seeds if seeds is not None else list(range(config.seeds))
+    top = max(seed_list) + 1
+    every = sum(len(p.config.algorithms) for p in points) * len(seed_list)
+    workers = workers or min(os.cpu_count() or 1, every)
+    options = RuntimeOptions()
+    prepared = []
+    for point in points:
+        point_config = point.config.model_copy(update={"seeds": top})
+        instance = build_instance(point_config.instance)
+        preflight(point_config, instance, point_config.algorithms)
+        if executor == "local":
+            check_memory(point_config, instance, point_config.algorithms, workers, force)
+        prepared.append((point, point_config, instance))
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir)
+    sweep_path = out_dir / "sweep.json"
+    sweep_manifest = _sweep_manifest(config, points, sweep_path)
+    atomic_write_json(sweep_path, sweep_manifest)
+    tasks: list[tuple[RunSpec, Path]] = []
+    for point, point_config, instance in prepared:
+        run_dir = out_dir / "points" / point.id
+        earlier = run_dir / "manifest.json"
+        previous = read_json(earlier).get("seeds", []) if earlier.is_file() else []
+        recorded = sorted(set(previous) | set(seed_list))
+        manifest = prepare_run_folder(
+            point_config, run_dir, workers, options, instance, other_seeds=True, seeds=recorded
+        )
+        manifest["sweep_point"] = {"id": point.id, "values": point.values}
+        atomic_write_json(run_dir / "manifest.json", manifest)
+        tasks += [
+            (RunSpec(experiment=point_config, algorithm=a, seed=s, options=options), run_dir)
+            for a in point_config.algorithms
+            for s in seed_list
+            if not seed_done(run_dir, a, s)
+        ]
+    # Longest first (clients x horizon), so that no worker idles at the end on a big task.
+    tasks.sort(key=lambda task: -task[0].experiment.horizon * _clients(task[0].experiment))
+    total = every
+    if progress:
+        state = (
+            f"resuming: {total - len(tasks)} of {total} runs already done"
+            if (total - len(tasks))
+            else f"{total} runs"
+        )
+        print(f"fedbandit: sweep {out_dir}: {len(points)} points, {state}", file=sys.stderr)
+    bar = progress_bar(len(tasks), config.name, progress)
+    started = time.perf_counter()
+    try:
+        if executor == "ray":
+            _run_on_ray(tasks, address, workers, bar)
+        else:
+            run_tasks(tasks, workers, bar)
+    except BaseException:
+        remove_stale_temporaries(out_dir)  # workers have stopped: nothing is being written
+        raise
+    finally:
+        bar.close()
+    for point, point_config, _ in prepared:
+        _finish_point(out_dir / "points" / point.id, point_config)
+    table = collect_table([out_dir / "points" / p.id for p in points], keys=config_keys(points))
+    write_tables(table, out_dir)
+    sweep_manifest = read_json(sweep_path)
+    complete = all(
+        read_json(out_dir / "points" / p.id / "manifest.json")["status"] == "complete"
+        for p in points
+    )
+    sweep_manifest.update(
+        {
+            "status": "complete" if complete else "incomplete",
+            "seeds": sorted(set(sweep_manifest.get("seeds", [])) | set(seed_list)),
+            "updated": dt.datetime.now().isoformat(timespec="seconds"),
+            "wall_seconds_last_run": time.perf_counter() - started,
+            "executor": executor,
+            "workers": workers,
+        }
+    )
+    atomic_write_json(sweep_path, sweep_manifest)
+    return out_dir
+
+
+def _clients(config: ExperimentConfig) -> int:
+    return int(getattr(config.instance, "num_clients", 1) or 1)
+
+
+def _sweep_manifest(
+    config: ExperimentConfig, points: list[SweepPoint], path: Path
+) -> dict[str, Any]:
+    """sweep.json: the experiment, its points; refuses a folder holding another sweep."""
+    listed = [{"id": p.id, "values": p.values} for p in points]
+    data = config.model_dump(mode="json", exclude_none=True, by_alias=True)
+    data.pop("seeds", None)
+    if path.is_file():
+        stored = read_json(path)
+        if stored.get("points") != listed or stored.get("config") != data:
+            raise ConfigError(
+                f"{path.parent} holds another sweep (its points or configuration differ); "
+                "choose another --out"
+            )
+        stored["status"] = "incomplete"
+        return dict(stored)
+    return {
+        "experiment": config.name,
+        "created": dt.datetime.now().isoformat(timespec="seconds"),
+        "status": "incomplete",
+        "points": listed,
+        "keys": config_keys(points),
+        "config": data,
+    }
+
+
+def _run_on_ray(
+    tasks: list[tuple[RunSpec, Path]], address: str | None, workers: int, bar: Progress
+) -> None:
+    """Every task on a Ray cluster; each returns its files' texts and the driver writes them."""
+    folders = {spec.model_dump_json(): run_dir for spec, run_dir in tasks}
+
+    def on_done(spec: RunSpec, files: dict[str, str]) -> None:
+        write_files(folders[spec.model_dump_json()], files)
+        bar.update()
+
+    # A local Ray instance (no address) gets --workers CPUs; a cluster uses what it has.
+    cpus = workers if address is None else None
+    run_on_ray([spec for spec, _ in tasks], on_done, address=address, num_cpus=cpus)
+
+
+def _finish_point(run_dir: Path, config: ExperimentConfig) -> None:
+    """A point's failures, summary and status, as ``fedbandit run`` leaves them."""
+    manifest = read_json(run_dir / "manifest.json")
+    record_failures(run_dir, config, manifest)
+    manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
+    atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
+    atomic_write_json(run_dir / "manifest.json", manifest)
