@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedbandit.bench.common import Table
 from fedbandit.flower.deployment import CONNECTION, DEPLOYMENT_POLL_SECONDS, Submission
 
 #: The echo app submitted with ``flwr run`` in step 2.
@@ -747,7 +748,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[str, Any]:
+def bench_deploy(quick: bool = False, workdir: Path | None = None) -> dict[str, Any]:
     """Steps 1-3 on one SuperLink and four SuperNodes started (and stopped) here. State and logs
     go to a temporary folder, removed after a successful run (kept after a failure); with
     ``workdir`` they go there and are kept."""
@@ -795,7 +796,7 @@ def deploy_benchmark(quick: bool = False, workdir: Path | None = None) -> dict[s
     }
 
 
-def format_deploy(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
+def format_deploy(result: dict[str, Any]) -> Table:
     """Title and rows (part, measure, value, target) of ``fedbandit bench deploy``."""
     fedpe, echo, memory = result["fedpe"], result["echo"], result["memory"]
     split = (

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from fedbandit.bench.common import Table
 from fedbandit.bench.deploy import (
     RUN_TIMEOUT,
     Cluster,
@@ -117,7 +118,7 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
     }
 
 
-def nodes_benchmark(
+def bench_nodes(
     quick: bool = False, workdir: Path | None = None, counts: Sequence[int] | None = None
 ) -> dict[str, Any]:
     """Every count of ``NODE_COUNTS`` (``QUICK_COUNTS`` with ``quick``) in turn. State and logs go
@@ -144,7 +145,7 @@ def nodes_benchmark(
     return {"quick": quick, "counts": list(counts), "runs": rows}
 
 
-def format_nodes(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
+def format_nodes(result: dict[str, Any]) -> Table:
     """Title and rows of ``fedbandit bench nodes``: one row per node count."""
     runs = result["runs"]
     first = runs[0] if runs else {"M": 0, "T": 0}
