@@ -28,20 +28,22 @@ from typing import Any
 
 import pandas as pd
 
-from fedbandit.bench.common import Table
-from fedbandit.bench.deploy import (
+from fedbandit.bench.cluster import (
     RUN_TIMEOUT,
     Cluster,
-    RssSampler,
-    _children_map,
-    _seed_file,
     experiment_args,
     median_p90,
+    run_fedbandit,
+    seed_file,
+    wait_for_nodes,
+)
+from fedbandit.bench.common import Table
+from fedbandit.bench.processes import (
+    RssSampler,
+    children_map,
     process_tree,
     rss_kb,
-    run_fedbandit,
     sigterm_as_interrupt,
-    wait_for_nodes,
 )
 from fedbandit.flower.deployment import Submission
 from fedbandit.results import read_json
@@ -59,7 +61,7 @@ RETRY_LINE = "answered HTTP 500"
 def node_memory_split(pid: int) -> tuple[float, float]:
     """(SuperNode process, its descendants) resident memory in MiB of the node started as
     ``pid`` (the ``fedbandit supernode`` process, which becomes the SuperNode)."""
-    tree = process_tree(pid, _children_map())
+    tree = process_tree(pid, children_map())
     own = rss_kb(tree[0]) / 1024
     return own, sum(rss_kb(child) for child in tree[1:]) / 1024
 
@@ -93,8 +95,8 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
         cluster.close()
     local = folder / "local"
     run_fedbandit(["run", *experiment, "--runtime", "local", "--out", str(local)], folder / "l.log")
-    latency = pd.read_csv(_seed_file(out, "latency.csv"))
-    seed = read_json(_seed_file(out, "json"))
+    latency = pd.read_csv(seed_file(out, "latency.csv"))
+    seed = read_json(seed_file(out, "json"))
     median, p90 = median_p90(latency["exchange_s"])
     peaks = sorted(sampler.peak_mb[name] for name in names)
     return {
@@ -106,8 +108,8 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
         "wall_s": wall,
         "median_round_s": median,
         "p90_round_s": p90,
-        "identical": _seed_file(out, "regret.csv").read_bytes()
-        == _seed_file(local, "regret.csv").read_bytes(),
+        "identical": seed_file(out, "regret.csv").read_bytes()
+        == seed_file(local, "regret.csv").read_bytes(),
         "dropped": len(seed.get("dropped") or {}),
         "retried_500": retries,
         "peak_rss_mb_node_median": float(pd.Series(peaks).median()),
