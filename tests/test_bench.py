@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedbandit.bench import BENCHMARKS, _exponents, _per_client, format_table
+from fedbandit.bench import BENCHMARKS, format_table
+from fedbandit.bench.scale import _exponents, _per_client
 
 
 def test_paper_and_scale_are_registered():
@@ -67,7 +68,7 @@ def test_sweep_benchmark_measures_the_overhead_ratio():
 
 
 def test_glm_benchmark_times_the_compiled_gradient_against_numpy():
-    from fedbandit.bench import _glm_gradient_compiled, _glm_gradient_numpy
+    from fedbandit.bench.glm import _glm_gradient_compiled, _glm_gradient_numpy
 
     result = BENCHMARKS["glm"](quick=True)
     assert result["gradient_speedup"] == pytest.approx(

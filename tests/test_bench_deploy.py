@@ -14,18 +14,17 @@ import pandas as pd
 import pytest
 
 from fedbandit.bench import BENCHMARKS, format_table
-from fedbandit.bench.deploy import (
+from fedbandit.bench.cluster import PORTS, Cluster, client_ranges, median_p90
+from fedbandit.bench.deploy_steps import (
     ECHO_APP_DIR,
-    PORTS,
-    Cluster,
-    RssSampler,
-    _running,
-    client_ranges,
     echo_run_config,
-    machine_cpu_seconds,
-    median_p90,
     new_run_traffic,
     payload_sizes,
+)
+from fedbandit.bench.processes import (
+    RssSampler,
+    is_running,
+    machine_cpu_seconds,
     process_tree,
     rss_kb,
     tree_rss_kb,
@@ -115,7 +114,7 @@ def test_cluster_stop_ends_descendants_in_other_sessions(tmp_path):
     cluster.check_alive()
     cluster.close()
     assert parent.returncode is not None
-    assert not _running(pid) and not cluster.alive  # gone, or a zombie left to init
+    assert not is_running(pid) and not cluster.alive  # gone, or a zombie left to init
 
 
 def test_echo_app_is_a_flower_app_with_defaults_for_every_run_config_key(tmp_path):

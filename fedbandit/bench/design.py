@@ -1,4 +1,4 @@
-"""Benchmark of the multi-client G-optimal design solvers (``fedbandit.design``).
+"""``fedbandit bench design``: the multi-client G-optimal design solvers (``fedbandit.design``).
 
 ``bench_design``: M=100, K=30, d=5, random per-client active sets, some rank-deficient arms;
 interior-point solver vs cvxpy + Clarabel, both to certificate G/D - 1 <= 1e-3.
@@ -8,13 +8,17 @@ positive coordinates; Huang et al., NeurIPS 2021, Sec. 7), cold and warm-started
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from fedbandit.bench.common import Table
 from fedbandit.design import solve_design_cvxpy, solve_design_fast
 
 __all__ = [
     "bench_design",
     "bench_paper_setting",
+    "format_design",
     "paper_design_problem",
     "random_design_problem",
 ]
@@ -55,15 +59,19 @@ def paper_design_problem(
     return vectors, np.ones((num_clients, num_arms), dtype=bool)
 
 
-def bench_design(seed: int = 0, repeats: int = 3) -> dict:
+def bench_design(quick: bool = False, seed: int = 0, repeats: int | None = None) -> dict[str, Any]:
     """Fast (best of ``2 repeats - 1``) vs cvxpy + Clarabel (best of min(2, repeats)) at tol 1e-3,
     interleaved so that both see the same load; medians too. Then, as between two Fed-PE phases,
     5% of the (client, arm) pairs are eliminated and the next design is solved cold and
-    warm-started from the first (the server passes the previous phase's design).
+    warm-started from the first (the server passes the previous phase's design). ``repeats`` is
+    3, or 1 with ``quick``, unless given.
 
     Times include preprocessing and the final certificate; cvxpy's import is excluded.
     """
     import cvxpy  # noqa: F401  (import cost is not part of the solve)
+
+    if repeats is None:
+        repeats = 1 if quick else 3
 
     num_clients, num_arms, dim = 100, 30, 5
     rng = np.random.default_rng(seed)
@@ -140,3 +148,19 @@ def bench_paper_setting(
         "next_warm_iterations": warm_next.iterations,
         "next_warm_certificate": warm_next.certificate,
     }
+
+
+def format_design(result: dict[str, Any]) -> Table:
+    """Title and rows of ``fedbandit bench design``: each solver's seconds and certificate."""
+    rows: list[tuple[str, ...]] = [
+        ("solver", "seconds", "certificate G/D-1"),
+        ("fast", f"{result['fast_seconds']:.4f}", f"{result['fast_certificate']:.2e}"),
+        (
+            "cvxpy+Clarabel",
+            f"{result['cvxpy_seconds']:.4f}",
+            f"{result['cvxpy_certificate']:.2e}",
+        ),
+        ("speedup", f"{result['speedup']:.0f}x", ""),
+    ]
+    title = f"design: M={result['M']}, K={result['K']}, d={result['d']}"
+    return title, rows

@@ -28,19 +28,22 @@ from typing import Any
 
 import pandas as pd
 
-from fedbandit.bench.deploy import (
+from fedbandit.bench.cluster import (
     RUN_TIMEOUT,
     Cluster,
-    RssSampler,
-    _children_map,
-    _seed_file,
     experiment_args,
     median_p90,
+    run_fedbandit,
+    seed_file,
+    wait_for_nodes,
+)
+from fedbandit.bench.common import Table
+from fedbandit.bench.processes import (
+    RssSampler,
+    children_map,
     process_tree,
     rss_kb,
-    run_fedbandit,
     sigterm_as_interrupt,
-    wait_for_nodes,
 )
 from fedbandit.flower.deployment import Submission
 from fedbandit.results.files import read_json
@@ -58,7 +61,7 @@ RETRY_LINE = "answered HTTP 500"
 def node_memory_split(pid: int) -> tuple[float, float]:
     """(SuperNode process, its descendants) resident memory in MiB of the node started as
     ``pid`` (the ``fedbandit supernode`` process, which becomes the SuperNode)."""
-    tree = process_tree(pid, _children_map())
+    tree = process_tree(pid, children_map())
     own = rss_kb(tree[0]) / 1024
     return own, sum(rss_kb(child) for child in tree[1:]) / 1024
 
@@ -92,8 +95,8 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
         cluster.close()
     local = folder / "local"
     run_fedbandit(["run", *experiment, "--runtime", "local", "--out", str(local)], folder / "l.log")
-    latency = pd.read_csv(_seed_file(out, "latency.csv"))
-    seed = read_json(_seed_file(out, "json"))
+    latency = pd.read_csv(seed_file(out, "latency.csv"))
+    seed = read_json(seed_file(out, "json"))
     median, p90 = median_p90(latency["exchange_s"])
     peaks = sorted(sampler.peak_mb[name] for name in names)
     return {
@@ -105,8 +108,8 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
         "wall_s": wall,
         "median_round_s": median,
         "p90_round_s": p90,
-        "identical": _seed_file(out, "regret.csv").read_bytes()
-        == _seed_file(local, "regret.csv").read_bytes(),
+        "identical": seed_file(out, "regret.csv").read_bytes()
+        == seed_file(local, "regret.csv").read_bytes(),
         "dropped": len(seed.get("dropped") or {}),
         "retried_500": retries,
         "peak_rss_mb_node_median": float(pd.Series(peaks).median()),
@@ -117,7 +120,7 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
     }
 
 
-def nodes_benchmark(
+def bench_nodes(
     quick: bool = False, workdir: Path | None = None, counts: Sequence[int] | None = None
 ) -> dict[str, Any]:
     """Every count of ``NODE_COUNTS`` (``QUICK_COUNTS`` with ``quick``) in turn. State and logs go
@@ -144,7 +147,7 @@ def nodes_benchmark(
     return {"quick": quick, "counts": list(counts), "runs": rows}
 
 
-def format_nodes(result: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
+def format_nodes(result: dict[str, Any]) -> Table:
     """Title and rows of ``fedbandit bench nodes``: one row per node count."""
     runs = result["runs"]
     first = runs[0] if runs else {"M": 0, "T": 0}

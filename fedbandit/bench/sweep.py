@@ -14,12 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedbandit.bench.common import Table
 from fedbandit.config import validate_experiment
 from fedbandit.runs.sweeps import run_sweep
 from fedbandit.sweep import load_sweep
 
 
 def bench_sweep(quick: bool = False, workers: int = 2) -> dict[str, Any]:
+    """The study's tasks, their summed seconds, its wall time and the overhead ratio."""
     clients = [100, 300, 1000] if not quick else [10, 20]
     config = validate_experiment(
         {
@@ -45,3 +47,29 @@ def bench_sweep(quick: bool = False, workers: int = 2) -> dict[str, Any]:
         "overhead_ratio": wall / (task_seconds / workers),
         "quick": quick,
     }
+
+
+def format_sweep(result: dict[str, Any]) -> Table:
+    """Title and rows of ``fedbandit bench sweep``: the figures and the ratio's target."""
+    rows: list[tuple[str, ...]] = [
+        ("tasks", "workers", "task seconds (sum)", "wall seconds", "overhead ratio"),
+        (
+            str(result["tasks"]),
+            str(result["workers"]),
+            f"{result['task_seconds_sum']:.2f}",
+            f"{result['wall_seconds']:.2f}",
+            f"{result['overhead_ratio']:.2f}",
+        ),
+        (
+            "",
+            "",
+            "",
+            "",
+            "target <= 1.2: wall / (task seconds / workers)",
+        ),
+    ]
+    title = (
+        f"sweep: {result['tasks']} tasks (3 points x 4 algorithms x 2 seeds), one pool of "
+        f"long-lived workers{' [quick]' if result['quick'] else ''}"
+    )
+    return title, rows
