@@ -803,7 +803,3 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
