@@ -24,8 +24,8 @@ from pathlib import Path
 
 from fedbandit._version import __version__
 from fedbandit.bench import BENCHMARKS, ON_REQUEST, format_table
+from fedbandit.cli.options import add_experiments_option, use_experiment_folders
 from fedbandit.config import (
-    EXPERIMENTS_VARIABLE,
     ExperimentConfig,
     available_experiments,
     experiment_folders,
@@ -541,39 +541,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_experiments_option(parser: argparse.ArgumentParser, dest: str = "experiments") -> None:
-    parser.add_argument(
-        "--experiments",
-        dest=dest,
-        action="append",
-        type=Path,
-        metavar="DIR",
-        default=[],
-        help=f"a folder of your own NAME.toml experiments, searched before the shipped ones "
-        f"(repeatable; also ${EXPERIMENTS_VARIABLE}, folders separated by '{os.pathsep}')",
-    )
-
-
-def _use_experiment_folders(args: argparse.Namespace) -> None:
-    """Put the ``--experiments`` folders first in ``$FEDBANDIT_EXPERIMENTS``, where every later
-    lookup (and every worker process) finds them."""
-    folders = [*args.global_experiments, *getattr(args, "experiments", [])]
-    for folder in folders:
-        if not folder.is_dir():
-            raise ConfigError(
-                f"--experiments {folder}: no such folder (expected a folder of NAME.toml files)"
-            )
-    if folders:
-        earlier = os.environ.get(EXPERIMENTS_VARIABLE, "")
-        joined = os.pathsep.join(str(folder.resolve()) for folder in folders)
-        os.environ[EXPERIMENTS_VARIABLE] = joined + (os.pathsep + earlier if earlier else "")
-
-
 def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="fedbandit", description=__doc__)
     parser.add_argument("--version", action="version", version=f"fedbandit {__version__}")
-    _add_experiments_option(parser, "global_experiments")
+    add_experiments_option(parser, "global_experiments")
     sub = parser.add_subparsers(dest="command", required=True)
 
     listing = sub.add_parser(
@@ -585,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument(
         "--instances", action="store_true", help="registered instance kinds and parameters"
     )
-    _add_experiments_option(listing)
+    add_experiments_option(listing)
     listing.set_defaults(func=_cmd_list)
 
     prepare = sub.add_parser(
@@ -602,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a named experiment or a TOML file")
     run.add_argument("experiment", help="experiment name (see `fedbandit list`) or path")
-    _add_experiments_option(run)
+    add_experiments_option(run)
     run.add_argument("--seeds", type=int, help="number of seeds (overrides the file)")
     run.add_argument("--workers", type=int, help="parallel processes (default: cores)")
     run.add_argument("--out", type=Path, help="results folder; an existing one is resumed")
@@ -723,7 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep", help="a parameter study: every point of an experiment's [sweep] (or --grid)"
     )
     sweep.add_argument("experiment", help="experiment name or TOML path")
-    _add_experiments_option(sweep)
+    add_experiments_option(sweep)
     sweep.add_argument(
         "--grid", action="append", metavar="KEY=V1,V2", help="vary a key (adds to [sweep])"
     )
@@ -786,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
     try:
         kernel_threads()  # a wrong FEDBANDIT_THREADS fails here, before any work starts
-        _use_experiment_folders(args)
+        use_experiment_folders(args)
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, where it is handled, not at exit
         return code
