@@ -1,4 +1,23 @@
-"""Command line of fedbandit.
+"""The ``fedbandit`` command line assembled: ``build_parser`` adds each command group's parsers
+(one module per group: catalogue, run, deploy, sweep, plot, bench) and ``main`` runs a command,
+with SIGTERM as Ctrl-C, a closed pipe ended quietly and every foreseeable error as one line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from fedbandit._version import __version__
+from fedbandit.cli import bench, catalogue, deploy, plot, run, sweep
+from fedbandit.cli.options import add_experiments_option, use_experiment_folders
+from fedbandit.errors import FedbanditError
+from fedbandit.threads import kernel_threads, process_defaults
+
+#: What ``fedbandit --help`` says before the commands.
+DESCRIPTION = """Command line of fedbandit.
 
 Commands: ``list`` (experiments; ``--algorithms``, ``--instances``: what is registered, plugins
 included), ``run`` (an experiment on a runtime), ``sweep`` (a parameter study), ``collect`` (one
@@ -12,64 +31,18 @@ while the detached run goes on, and ``status`` and ``pull`` exit with 75 when th
 cannot answer now (down, or too busy to return the run's log in time): ask again.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import os
-import signal
-import sys
-import threading
-
-from fedbandit._version import __version__
-from fedbandit.bench import BENCHMARKS, ON_REQUEST, format_table
-from fedbandit.cli import catalogue, deploy, plot, run, sweep
-from fedbandit.cli.options import add_experiments_option, use_experiment_folders
-from fedbandit.errors import FedbanditError
-from fedbandit.threads import kernel_threads, process_defaults
-
-# Imported by the commands that use them, so that `fedbandit --help` stays fast: the API, the
-# runner, result folders and sweeps (each loads pandas).
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-
-    names = [n for n in BENCHMARKS if n not in ON_REQUEST] if args.name == "all" else [args.name]
-    results = {}
-    for name in names:
-        results[name] = BENCHMARKS[name](quick=args.quick)
-        if not args.json:
-            print(format_table(name, results[name]), flush=True)
-    if args.json:
-        print(json.dumps(results[names[0]] if len(names) == 1 else results, indent=2))
-    return 0
+#: The command groups, in the order their commands appear in ``fedbandit --help``.
+GROUPS = (catalogue, run, deploy, sweep, plot, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
-
-    parser = argparse.ArgumentParser(prog="fedbandit", description=__doc__)
+    """The parser of the whole command line: global options, then every group's commands."""
+    parser = argparse.ArgumentParser(prog="fedbandit", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"fedbandit {__version__}")
     add_experiments_option(parser, "global_experiments")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    catalogue.add_parser(sub)
-
-    run.add_parser(sub)
-
-    deploy.add_parser(sub)
-
-    sweep.add_parser(sub)
-
-    plot.add_parser(sub)
-
-    bench = sub.add_parser(
-        "bench",
-        help="benchmarks by name, or all of them but nodes (which starts up to 32 SuperNodes)",
-    )
-    bench.add_argument("name", choices=["all", *BENCHMARKS])
-    bench.add_argument("--json", action="store_true", help="print the figures as JSON")
-    bench.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
-    bench.set_defaults(func=_cmd_bench)
+    for group in GROUPS:
+        group.add_parser(sub)
     return parser
 
 
@@ -89,6 +62,7 @@ def _closed_pipe() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command that ``argv`` (default: ``sys.argv[1:]``) names; its exit status."""
     args = build_parser().parse_args(argv)
     process_defaults()
     if threading.current_thread() is threading.main_thread():
