@@ -325,11 +325,11 @@ def test_nodes_table_has_a_row_per_count_and_the_ratio_to_one_node():
 def test_nodes_is_run_by_name_only(monkeypatch, capsys):
     import json
 
-    import fedbandit.cli
+    import fedbandit.cli.bench
 
     ran = []
     fakes = {name: (lambda quick, name=name: ran.append(name) or {}) for name in BENCHMARKS}
-    monkeypatch.setattr(fedbandit.cli, "BENCHMARKS", fakes)
+    monkeypatch.setattr(fedbandit.cli.bench, "BENCHMARKS", fakes)
     assert fedbandit.cli.main(["bench", "all", "--json"]) == 0
     assert "nodes" not in ran and "deploy" in ran and len(ran) == len(BENCHMARKS) - 1
     assert "nodes" not in json.loads(capsys.readouterr().out)

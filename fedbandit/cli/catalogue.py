@@ -1,0 +1,96 @@
+"""What there is to run: ``list`` (the named experiments, or the registered algorithms and
+instance kinds) and ``prepare`` (a downloaded data set into the files its experiments read)."""
+
+from __future__ import annotations
+
+import argparse
+
+from fedbandit.cli.options import add_experiments_option
+from fedbandit.config import available_experiments, experiment_folders, shipped_folder
+from fedbandit.datasets import movielens20m
+from fedbandit.registry import algorithms, instance_kinds
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.algorithms or args.instances:
+        return _list_registered(args.algorithms, args.instances)
+    import tomllib
+
+    experiments = available_experiments()
+    folders = experiment_folders()
+    if not experiments:
+        print(f"no experiments found in {', '.join(str(folder) for folder in folders)}")
+        return 1
+    width = max(len(name) for name in experiments)
+    own = len(folders) > 1
+    for name, path in experiments.items():
+        try:
+            description = str(tomllib.loads(path.read_text()).get("description", ""))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            description = f"(unreadable: {err})"
+        where = f"  [{path.parent}]" if own and path.parent != folders[-1] else ""
+        print(f"{name:<{width}}  {description}{where}")
+    if own:
+        print(f"(experiments shipped with fedbandit are in {folders[-1]})")
+    return 0
+
+
+def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
+    """Registered algorithms and instance kinds (built in and plugins), with hyperparameters."""
+    for show, registry, what in (
+        (show_algorithms, algorithms(), "algorithms"),
+        (show_instances, instance_kinds(), "instance kinds"),
+    ):
+        if not show:
+            continue
+        print(f"{what}:")
+        for name in registry:
+            entry = registry.entries[name]
+            origin = registry.origins[name]
+            where = "" if origin == "fedbandit" else f"  [plugin: {origin}]"
+            print(f"  {name}  {entry.description}{where}")
+            for key, field in entry.params.model_fields.items():
+                if key == "kind":
+                    continue
+                default = "required" if field.is_required() else f"default {field.default!r}"
+                about = f": {field.description}" if field.description else ""
+                print(f"      {key} ({_type_name(field.annotation)}, {default}){about}")
+        for name, error in sorted(registry.broken.items()):
+            print(f"  {name}  [plugin failed to load: {error}]")
+    if show_instances:
+        print(
+            "data cards of the real-data kinds: README.md, movielens20m.md (replay) and "
+            f"mslr_web10k.md (mslr) in {shipped_folder('datasets')}"
+        )
+    return 0
+
+
+def _type_name(annotation: object) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """``list`` and ``prepare``."""
+    listing = sub.add_parser(
+        "list", help="list the named experiments (or the registered algorithms/instance kinds)"
+    )
+    listing.add_argument(
+        "--algorithms", action="store_true", help="registered algorithms and hyperparameters"
+    )
+    listing.add_argument(
+        "--instances", action="store_true", help="registered instance kinds and parameters"
+    )
+    add_experiments_option(listing)
+    listing.set_defaults(func=_cmd_list)
+
+    prepare = sub.add_parser(
+        "prepare", help="turn a downloaded data set into the files its experiments read"
+    )
+    data_sets = prepare.add_subparsers(dest="dataset", required=True)
+    movielens = data_sets.add_parser(
+        "movielens20m",
+        parents=[movielens20m.parser(add_help=False)],
+        help="MovieLens-20M as Li & Wang's scripts make it (fed_contextual_movielens20m)",
+        description=movielens20m.DESCRIPTION,
+    )
+    movielens.set_defaults(func=movielens20m.run)

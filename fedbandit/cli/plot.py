@@ -1,0 +1,40 @@
+"""``plot``: rebuild the plots of a results folder, a sweep folder or one of its points."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fedbandit.errors import ConfigError
+
+# Imported by the command, so that `fedbandit --help` stays fast: result folders and sweeps
+# (each loads pandas).
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from fedbandit.results import load_results, plot_run
+    from fedbandit.sweep import is_sweep, plot_sweep
+
+    run_dir = Path(args.run_dir)
+    if is_sweep(run_dir):
+        if not args.point:
+            for path in plot_sweep(run_dir):
+                print(path)
+            return 0
+        run_dir = run_dir / "points" / args.point
+    elif args.point:
+        raise ConfigError(f"--point applies to a sweep folder; {run_dir} has no sweep.json")
+    if load_results(run_dir).curves.empty:
+        raise ConfigError(f"{run_dir}: no seed has finished yet, so there is nothing to plot")
+    for path in plot_run(run_dir, log_x=True if args.log_x else None):
+        print(path)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """``plot``."""
+    plot = sub.add_parser("plot", help="rebuild the plots of a results or sweep folder")
+    plot.add_argument("run_dir")
+    plot.add_argument("--log-x", action="store_true", help="logarithmic time axis")
+    plot.add_argument("--point", help="a sweep folder's point (pNNN): its regret over time")
+    plot.set_defaults(func=_cmd_plot)
