@@ -14,15 +14,14 @@ from fedbandit.config import load_experiment
 from fedbandit.errors import DeploymentError
 from fedbandit.flower import deployment
 from fedbandit.flower.apps import FlowerJob, job_from_json, job_to_json
-from fedbandit.flower.deployment import (
-    NODE_POLL_SECONDS,
+from fedbandit.flower.deployment import NODE_POLL_SECONDS, wait_for_secure_nodes
+from fedbandit.flower.processes import (
     ServerTls,
     flower_environment,
     parse_client_range,
     split_address,
     superlink_command,
     supernode_command,
-    wait_for_secure_nodes,
     write_connection,
 )
 from fedbandit.runspec import RunSpec, RuntimeOptions

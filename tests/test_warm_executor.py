@@ -21,9 +21,9 @@ from flwr.common.constant import ErrorCode, SubStatus
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedbandit.config import ConfigError
-from fedbandit.flower.deployment import supernode_command
 from fedbandit.flower.internals import supernode_main
 from fedbandit.flower.internals import warm_executor as wx
+from fedbandit.flower.processes import supernode_command
 
 
 @pytest.fixture

@@ -9,13 +9,11 @@ import sys
 from pathlib import Path
 
 from fedbandit.flower.certs import add_cli as add_keys_command
-from fedbandit.flower.deployment import (
+from fedbandit.flower.deployment import SERVER_RESULTS_VARIABLE, AskAgainError, Submission
+from fedbandit.flower.processes import (
     DEFAULT_SUPERLINK_PORT,
     DEFAULT_SUPERNODE_PORT,
-    SERVER_RESULTS_VARIABLE,
-    AskAgainError,
     ServerTls,
-    Submission,
     flower_environment,
     parse_client_range,
     superlink_command,

@@ -53,10 +53,11 @@ from fedbandit.flower.codec import (
     get_ahead,
     set_handler_seconds,
 )
-from fedbandit.flower.deployment import ERROR_MARK, keep_on_server, run_record, unreachable
+from fedbandit.flower.deployment import ERROR_MARK, keep_on_server, run_record
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.flower.internals import pull_backoff, server_error_retry
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
+from fedbandit.flower.processes import unreachable
 from fedbandit.flower.result_log import encode_files, progress_line, write_line
 from fedbandit.flower.secure_aggregation import (
     MIN_CONTRIBUTORS,

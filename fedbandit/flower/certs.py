@@ -56,7 +56,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from fedbandit.errors import ConfigError, DeploymentError, FedbanditError
-from fedbandit.flower.deployment import DEFAULT_SUPERLINK_PORT, DEFAULT_SUPERNODE_PORT
+from fedbandit.flower.processes import DEFAULT_SUPERLINK_PORT, DEFAULT_SUPERNODE_PORT
 
 CA_NAME = "fedbandit development CA"
 SERVER_NAME = "fedbandit development server"

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 
 from fedbandit.errors import ConfigError
 from fedbandit.federation.runtime import FederationResult
-from fedbandit.flower.deployment import FLOWER_ENVIRONMENT
 from fedbandit.flower.internals import simulation_poll, simulation_stop
 from fedbandit.flower.job import FlowerJob
+from fedbandit.flower.processes import FLOWER_ENVIRONMENT
 from fedbandit.registry import build_instance
 from fedbandit.runspec import RunSpec
 from fedbandit.simulation import SeedResult
