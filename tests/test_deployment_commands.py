@@ -312,7 +312,8 @@ def test_pull_by_run_id_rebuilds_a_lost_folder_from_the_log(tmp_path, listening,
     import types
 
     import fedbandit.runs.detached as detached
-    from fedbandit.flower.deployment import RUN_RECORD, DetachedState, run_record
+    from fedbandit.flower.deployment import DetachedState
+    from fedbandit.flower.run_record import RUN_RECORD, run_record
     from fedbandit.results.files import read_json
     from fedbandit.runtimes import local_seed_files
 

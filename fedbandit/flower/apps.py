@@ -53,12 +53,13 @@ from fedbandit.flower.codec import (
     get_ahead,
     set_handler_seconds,
 )
-from fedbandit.flower.deployment import ERROR_MARK, keep_on_server, run_record
+from fedbandit.flower.deployment import ERROR_MARK
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.flower.internals import pull_backoff, server_error_retry
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
 from fedbandit.flower.processes import unreachable
 from fedbandit.flower.result_log import encode_files, progress_line, write_line
+from fedbandit.flower.run_record import keep_on_server, run_record
 from fedbandit.flower.secure_aggregation import (
     MIN_CONTRIBUTORS,
     MIN_NODES,
@@ -586,10 +587,10 @@ def exit_when_unreachable(
 
 def _write_result(job: FlowerJob, context: Context, seconds: float) -> SeedResult:
     """Send the finished seed's files to the driver through the run's log
-    (``fedbandit.flower.result_log``), with the run's record (``deployment.run_record``: what
+    (``fedbandit.flower.result_log``), with the run's record (``run_record.run_record``: what
     ``fedbandit pull --run-id`` rebuilds a lost folder from). Nothing is written where the
     driver says: a copy stays on this host only in the folder its operator named
-    (``deployment.keep_on_server``)."""
+    (``run_record.keep_on_server``)."""
     from fedbandit.results.files import seed_files  # pandas: the ServerApp's end only
 
     outcome = job.results.pop()
