@@ -18,7 +18,8 @@ from pathlib import Path
 
 from fedbandit.config import ExperimentConfig
 from fedbandit.errors import ConfigError, DeploymentError, RunStoppedError
-from fedbandit.flower.deployment import Submission, submit_detached
+from fedbandit.flower.deployment import submit_detached
+from fedbandit.flower.submission import Submission
 from fedbandit.registry import build_instance
 from fedbandit.results.files import (
     atomic_write_json,

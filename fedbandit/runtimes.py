@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbandit.flower.deployment import Submission, run_seed, run_seeds
+from fedbandit.flower.deployment import run_seed, run_seeds
 from fedbandit.flower.simulation import simulate_flower, simulate_flower_seeds
+from fedbandit.flower.submission import Submission
 from fedbandit.registry import build_instance
 from fedbandit.results.files import seed_files, write_files, write_seed_result
 from fedbandit.runspec import RUNTIME_NAMES, RunSpec

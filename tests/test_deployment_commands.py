@@ -223,7 +223,8 @@ def test_an_unreachable_or_failing_superlink_means_ask_again(listening):
     not a mistake of the user's (issue 40, item 4); a SuperLink that forgot the run is final."""
     import socket
 
-    from fedbandit.flower.deployment import AskAgainError, UnknownRunError, detached_state
+    from fedbandit.flower.deployment import AskAgainError, detached_state
+    from fedbandit.flower.submission import UnknownRunError
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -353,12 +354,12 @@ def test_a_transient_superlink_error_is_asked_again(listening, monkeypatch):
     """A reachable SuperLink whose `flwr ls` fails now and then (HTTP 500, "database is locked"
     under load) is asked again with back-off before the failure counts: a seed is not given up
     for one locked database (issue 40, item 2, the driver's side); a lasting error still is."""
-    import fedbandit.flower.deployment as deployment
+    import fedbandit.flower.submission as submission
 
-    monkeypatch.setattr(deployment, "RETRY_SECONDS", 0.01)
+    monkeypatch.setattr(submission, "RETRY_SECONDS", 0.01)
     locked = DeploymentError("`flwr ls` failed (1): HTTP 500: database is locked")
 
-    class Flaky(deployment.Submission):
+    class Flaky(submission.Submission):
         def __init__(self, failures: int) -> None:
             super().__init__(superlink=listening, state_dir=Path("."), insecure=True)
             object.__setattr__(self, "answers", [locked] * failures + ["finished:completed"])
@@ -369,9 +370,9 @@ def test_a_transient_superlink_error_is_asked_again(listening, monkeypatch):
                 raise answer
             return answer
 
-    assert Flaky(deployment.STATUS_RETRIES)._status_or_lost({}, 7, "x") == "finished:completed"
+    assert Flaky(submission.STATUS_RETRIES)._status_or_lost({}, 7, "x") == "finished:completed"
     with pytest.raises(DeploymentError, match="database is locked"):
-        Flaky(deployment.STATUS_RETRIES + 1)._status_or_lost({}, 7, "x")
+        Flaky(submission.STATUS_RETRIES + 1)._status_or_lost({}, 7, "x")
 
 
 class _Listing:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from fedbandit.bench.processes import children_map, is_running, process_tree
-from fedbandit.flower.deployment import Submission
+from fedbandit.flower.submission import Submission
 
 #: Ports the benchmark may listen on (other tools use 9092, 9500-9510 and 9700-9799).
 PORTS = range(9800, 9900)

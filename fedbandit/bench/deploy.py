@@ -51,7 +51,7 @@ from fedbandit.bench.deploy_steps import (
     measure_secure,
 )
 from fedbandit.bench.processes import sigterm_as_interrupt
-from fedbandit.flower.deployment import Submission
+from fedbandit.flower.submission import Submission
 
 
 def bench_deploy(quick: bool = False, workdir: Path | None = None) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from fedbandit.bench.processes import (
     rss_kb,
     sigterm_as_interrupt,
 )
-from fedbandit.flower.deployment import Submission
+from fedbandit.flower.submission import Submission
 from fedbandit.results.files import read_json
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from fedbandit.flower.certs import add_cli as add_keys_command
-from fedbandit.flower.deployment import AskAgainError, Submission
+from fedbandit.flower.deployment import AskAgainError
 from fedbandit.flower.processes import (
     DEFAULT_SUPERLINK_PORT,
     DEFAULT_SUPERNODE_PORT,
@@ -20,6 +20,7 @@ from fedbandit.flower.processes import (
     supernode_command,
 )
 from fedbandit.flower.run_record import SERVER_RESULTS_VARIABLE
+from fedbandit.flower.submission import Submission
 
 # Imported by the commands that use them, so that `fedbandit --help` stays fast: the runner and
 # result folders (each loads pandas).

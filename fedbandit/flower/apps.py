@@ -53,7 +53,6 @@ from fedbandit.flower.codec import (
     get_ahead,
     set_handler_seconds,
 )
-from fedbandit.flower.deployment import ERROR_MARK
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
 from fedbandit.flower.internals import pull_backoff, server_error_retry
 from fedbandit.flower.job import FlowerJob, job_from_json, job_to_json
@@ -74,6 +73,7 @@ from fedbandit.flower.secure_aggregation import (
     slotted_secaggplus_mod,
     unwrap_request,
 )
+from fedbandit.flower.submission import ERROR_MARK
 from fedbandit.instances import Instance
 from fedbandit.registry import build_instance
 from fedbandit.simulation import SeedResult, build_federation, build_server
