@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fedbandit.config import ExperimentConfig
 from fedbandit.errors import ConfigError, DeploymentError, RunStoppedError
-from fedbandit.flower.deployment import submit_detached
+from fedbandit.flower.seeds import submit_detached
 from fedbandit.flower.submission import Submission
 from fedbandit.registry import build_instance
 from fedbandit.results.files import (

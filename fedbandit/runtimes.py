@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbandit.flower.deployment import run_seed, run_seeds
+from fedbandit.flower.seeds import run_seed, run_seeds
 from fedbandit.flower.simulation import simulate_flower, simulate_flower_seeds
 from fedbandit.flower.submission import Submission
 from fedbandit.registry import build_instance
@@ -86,7 +86,7 @@ def _run_flower_sim_seeds(tasks: list[tuple[RunSpec, Path]], finished: SeedFinis
 
 def _run_flower(spec: RunSpec, run_dir: Path) -> float:
     """One Flower run on the deployment's SuperLink; the seed's files come back into
-    ``run_dir`` (``fedbandit.flower.deployment.run_seed``)."""
+    ``run_dir`` (``fedbandit.flower.seeds.run_seed``)."""
 
     submission = Submission.of(spec.options, Path(run_dir))
     started = time.perf_counter()

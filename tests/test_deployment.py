@@ -239,9 +239,9 @@ def test_results_come_back_through_the_run_log(deployment, tmp_path):
     Flower run's log, checked by SHA-256; the CSVs equal the local run's byte for byte, the JSON
     but its seconds; the run's record travels with them and is not written."""
     from fedbandit.config import load_experiment
-    from fedbandit.flower.deployment import run_seed
     from fedbandit.flower.result_log import decode_files
     from fedbandit.flower.run_record import RUN_RECORD
+    from fedbandit.flower.seeds import run_seed
     from fedbandit.flower.submission import Submission
     from fedbandit.runspec import RunSpec, RuntimeOptions
     from fedbandit.runtimes import local_seed_files

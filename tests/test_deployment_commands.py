@@ -12,9 +12,8 @@ from test_flower_runtime import flower_identity  # noqa: F401 - the fixture Flow
 from fedbandit.cli import main
 from fedbandit.config import load_experiment
 from fedbandit.errors import DeploymentError
-from fedbandit.flower import deployment
+from fedbandit.flower import seeds
 from fedbandit.flower.apps import FlowerJob, job_from_json, job_to_json
-from fedbandit.flower.deployment import NODE_POLL_SECONDS, wait_for_secure_nodes
 from fedbandit.flower.processes import (
     ServerTls,
     flower_environment,
@@ -24,6 +23,7 @@ from fedbandit.flower.processes import (
     supernode_command,
     write_connection,
 )
+from fedbandit.flower.seeds import NODE_POLL_SECONDS, wait_for_secure_nodes
 from fedbandit.runspec import RunSpec, RuntimeOptions
 
 
@@ -407,7 +407,7 @@ class _Clock:
 @pytest.fixture
 def reachable(monkeypatch):
     """The fake SuperLink accepts connections (the node check asks only reachable ones)."""
-    monkeypatch.setattr(deployment, "unreachable", lambda address: None)
+    monkeypatch.setattr(seeds, "unreachable", lambda address: None)
 
 
 def _secure_options(**extra) -> RuntimeOptions:

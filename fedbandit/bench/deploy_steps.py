@@ -24,8 +24,8 @@ from fedbandit.bench.cluster import (
     wait_for_nodes,
 )
 from fedbandit.bench.processes import SAMPLE_SECONDS, RssSampler, machine_cpu_seconds
-from fedbandit.flower.deployment import DEPLOYMENT_POLL_SECONDS
 from fedbandit.flower.processes import CONNECTION
+from fedbandit.flower.seeds import DEPLOYMENT_POLL_SECONDS
 from fedbandit.flower.submission import Submission
 
 #: The echo app submitted with ``flwr run`` in step 2.

@@ -15,7 +15,7 @@ import tomli_w
 
 from fedbandit.config import ExperimentConfig
 from fedbandit.errors import ConfigError
-from fedbandit.flower.deployment import wait_for_secure_nodes
+from fedbandit.flower.seeds import wait_for_secure_nodes
 from fedbandit.flower.submission import Submission
 from fedbandit.instances import Instance
 from fedbandit.registry import algorithms as registered_algorithms
