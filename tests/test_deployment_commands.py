@@ -204,7 +204,7 @@ def listening():
 def test_a_slow_log_is_not_taken_for_an_empty_one(listening):
     """Under load `flwr log --show` can take longer than the wait: the seeds are then not shown
     as queued, nor pulled as absent; the caller is told to ask again (issue 40, item 3)."""
-    from fedbandit.flower.deployment import RUNNING_LOG_WAIT_SECONDS, AskAgainError, detached_state
+    from fedbandit.flower.run_log import RUNNING_LOG_WAIT_SECONDS, AskAgainError, detached_state
 
     busy = SlowSuperLink(listening, "running", log="", log_seconds=18.0)  # measured at load 15-19
     assert detached_state(busy, 7).files == {}  # waited for: 18 s is within the wait
@@ -223,7 +223,7 @@ def test_an_unreachable_or_failing_superlink_means_ask_again(listening):
     not a mistake of the user's (issue 40, item 4); a SuperLink that forgot the run is final."""
     import socket
 
-    from fedbandit.flower.deployment import AskAgainError, detached_state
+    from fedbandit.flower.run_log import AskAgainError, detached_state
     from fedbandit.flower.submission import UnknownRunError
 
     with socket.socket() as sock:
@@ -246,7 +246,7 @@ def test_status_and_pull_exit_75_while_the_superlink_cannot_answer(
     """The documented wait loop (`while fedbandit pull OUT; [ $? -eq 75 ]`) keeps waiting
     through an outage: one line on standard error, exit 75, the folder untouched."""
     import fedbandit.runs.detached as detached
-    from fedbandit.flower.deployment import AskAgainError
+    from fedbandit.flower.run_log import AskAgainError
 
     def down(*args, **kwargs):
         raise AskAgainError("the SuperLink at 127.0.0.1:9 is unreachable (connection refused)")
@@ -313,7 +313,7 @@ def test_pull_by_run_id_rebuilds_a_lost_folder_from_the_log(tmp_path, listening,
     import types
 
     import fedbandit.runs.detached as detached
-    from fedbandit.flower.deployment import DetachedState
+    from fedbandit.flower.run_log import DetachedState
     from fedbandit.flower.run_record import RUN_RECORD, run_record
     from fedbandit.results.files import read_json
     from fedbandit.runtimes import local_seed_files

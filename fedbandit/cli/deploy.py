@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from fedbandit.flower.certs import add_cli as add_keys_command
-from fedbandit.flower.deployment import AskAgainError
 from fedbandit.flower.processes import (
     DEFAULT_SUPERLINK_PORT,
     DEFAULT_SUPERNODE_PORT,
@@ -19,6 +18,7 @@ from fedbandit.flower.processes import (
     superlink_command,
     supernode_command,
 )
+from fedbandit.flower.run_log import AskAgainError
 from fedbandit.flower.run_record import SERVER_RESULTS_VARIABLE
 from fedbandit.flower.submission import Submission
 

@@ -8,7 +8,8 @@ with an environment that keeps Flower quiet and local: no telemetry, no update c
 so that nodes survive a SuperLink restart. A SuperNode hosts one contiguous range of logical
 clients (``--node-config "first-client=F num-clients=N"``), i.e. one client group.
 
-Errors: an address, a client range, TLS files or keys that do not do raise
+Errors: what keeps a process from starting (a malformed address or client range, a missing TLS
+file or key, TLS files and ``--insecure`` both or neither) raises
 ``fedbandit.errors.DeploymentError``; a combination of arguments this module does not support
 raises ``ConfigError``.
 """

@@ -10,8 +10,8 @@ from typing import Any
 
 from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError, DeploymentError
-from fedbandit.flower.deployment import AskAgainError, DetachedState, detached_state
 from fedbandit.flower.job import job_from_json
+from fedbandit.flower.run_log import AskAgainError, DetachedState, detached_state
 from fedbandit.flower.submission import Submission, UnknownRunError
 from fedbandit.registry import build_instance
 from fedbandit.results.files import (

@@ -1,14 +1,6 @@
-"""Flower deployments: submit and await a seed; read a detached run back.
-
-The SuperLink and SuperNode processes are in ``fedbandit.flower.processes``.
-
-Submitting uses Flower's own CLI (``flwr run``) on the Flower App in ``flwr_app/`` with a run-config
-file carrying the job; ``flwr run`` exits 0 even when the ServerApp fails, so the outcome is read
-from ``flwr ls --run-id``.
-
-Errors: a deployment that cannot start or went wrong (addresses, client ranges, TLS files, keys,
-``flwr`` failures, a refused or failed run) raises ``fedbandit.errors.DeploymentError``; a
-combination of arguments this module does not support raises ``ConfigError``.
+"""A detached Flower run read back from its log, from any machine (``fedbandit status`` and
+``pull``): the files of the seeds that have ended, their progress, the run's error and its
+record (``detached_state``); ``AskAgainError`` when the SuperLink cannot answer now.
 """
 
 from __future__ import annotations
@@ -21,15 +13,7 @@ from fedbandit.errors import DeploymentError
 from fedbandit.flower.processes import unreachable
 from fedbandit.flower.result_log import decode_all, read_progress
 from fedbandit.flower.run_record import split_record
-from fedbandit.flower.submission import (
-    ERROR_MARK,
-    LOG_WAIT_SECONDS,
-    Submission,
-    UnknownRunError,
-)
-
-# fedbandit.results (pandas, a fifth of a second) is imported by run_seed, which reads a seed's
-# files: the command lines and the SuperLink probe stay quick to import for `fedbandit --help`.
+from fedbandit.flower.submission import ERROR_MARK, LOG_WAIT_SECONDS, Submission, UnknownRunError
 
 #: Seconds a finished run's log may take to arrive (it holds every seed's files).
 FINISHED_LOG_WAIT_SECONDS = 120.0
