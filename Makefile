@@ -27,7 +27,7 @@ export MPLBACKEND := Agg
 
 venv: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml setup.py
+$(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -82,8 +82,8 @@ dist: $(STAMP)
 	$(BIN)/twine check --strict dist/*
 
 lint: $(STAMP)
-	$(BIN)/ruff check fedbandit tests setup.py $(PLUGIN)
-	$(BIN)/ruff format --check fedbandit tests setup.py $(PLUGIN)
+	$(BIN)/ruff check fedbandit tests $(PLUGIN)
+	$(BIN)/ruff format --check fedbandit tests $(PLUGIN)
 	$(BIN)/mypy
 
 clean:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import os
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,14 @@ EXPERIMENTS_VARIABLE = "FEDBANDIT_EXPERIMENTS"
 
 
 def shipped_folder(name: str) -> Path:
-    """A folder of data fedbandit ships (``experiments`` or ``datasets``): inside an installed
-    package it is ``fedbandit/_shipped/NAME`` (copied there by ``setup.py`` at build time); in a
-    checkout or an editable install it is the repository's top-level folder, the one source."""
-    package = Path(__file__).resolve().parent
-    installed = package / "_shipped" / name
-    return installed if installed.is_dir() else package.parent / name
+    """A folder of data fedbandit ships (``experiments`` or ``datasets``): the data package
+    ``fedbandit.catalogue.NAME`` (declared in ``setup.cfg``), read through
+    ``importlib.resources``. An editable install finds the repository's top-level folder, the one
+    source; an installed wheel its copy inside the package."""
+    folder = resources.files(f"fedbandit.catalogue.{name}")
+    if not isinstance(folder, Path):  # a package imported from a zip file, say
+        raise ConfigError(f"fedbandit's {name} are not a folder on disk ({folder})")
+    return folder
 
 
 def experiment_folders() -> list[Path]:

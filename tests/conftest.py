@@ -1,5 +1,12 @@
 import os
+from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+#: The tiny experiments the tests run by name: fixtures, not part of the shipped catalogue.
+#: Set for the whole session (the commands the tests start inherit it); a test that sets
+#: ``FEDBANDIT_EXPERIMENTS`` itself replaces it.
+TEST_EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
+os.environ["FEDBANDIT_EXPERIMENTS"] = str(TEST_EXPERIMENTS)

@@ -1,8 +1,16 @@
 """Config errors name the file, the key, the value and what was expected."""
 
+import re
+import tomllib
+from pathlib import Path
+
 import pytest
 
 from fedbandit.config import ConfigError, load_experiment, parse_override, validate_experiment
+
+#: The tests' own tiny experiments (``tests/conftest.py`` puts the folder in
+#: ``FEDBANDIT_EXPERIMENTS``).
+TEST_EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
 
 BASE = {
     "name": "t",
@@ -63,12 +71,23 @@ def test_overrides_are_parsed_as_toml_values():
 
 
 def test_named_experiments_all_validate():
-    from fedbandit.config import available_experiments
+    """Every shipped experiment and every test experiment (``tests/experiments/``) validates;
+    the test experiments are found there (``tests/conftest.py``), none is shipped, and no shipped
+    description is written for tests."""
+    from fedbandit.config import available_experiments, shipped_folder
 
-    names = available_experiments()
-    assert {"fedpe_synthetic", "fedpe_shared_synthetic", "fedpe_tiny"} <= set(names)
-    for name in names:
-        load_experiment(name)
+    shipped = sorted(shipped_folder("experiments").glob("*.toml"))
+    fixtures = sorted(TEST_EXPERIMENTS.glob("*.toml"))
+    assert {"fedpe_synthetic", "fedpe_shared_synthetic", "fedpe_tiny"} <= {p.stem for p in shipped}
+    assert {"contextual_tiny", "fedpe_shared_tiny", "fedpe_tiny_data"} <= {p.stem for p in fixtures}
+    assert not {p.stem for p in shipped} & {p.stem for p in fixtures}
+    found = available_experiments()
+    assert {p.stem: p for p in fixtures}.items() <= found.items()
+    for path in [*shipped, *fixtures]:
+        load_experiment(str(path))
+    for path in shipped:
+        description = tomllib.loads(path.read_text())["description"]
+        assert not re.search(r"\btests?\b", description, re.I), (path.name, description)
 
 
 def test_missing_experiment_and_bad_toml(tmp_path):

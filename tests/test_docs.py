@@ -123,8 +123,9 @@ def run_page(path: Path, folder: Path, slow: bool) -> dict[str, int]:
 @pytest.fixture
 def page_folder(tmp_path, monkeypatch):
     """A fresh folder for the page, the working directory of its Python blocks; the
-    environment is restored afterwards."""
+    environment is an installed user's (no test experiments) and is restored afterwards."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FEDBANDIT_EXPERIMENTS", raising=False)
     saved = dict(os.environ)
     yield tmp_path
     os.environ.clear()

@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "fedbandit.contextual.ridge",
             "fedbandit.privacy",
             "fedbandit.secure_sum",
+            "fedbandit.catalogue",
         ),
     ),
     (

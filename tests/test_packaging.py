@@ -32,13 +32,20 @@ ENV = {
 }
 
 
+#: The data packages of ``setup.cfg``: package name -> the repository's folder, its only source.
+DATA_PACKAGES = {
+    "fedbandit.catalogue.experiments": "experiments",
+    "fedbandit.catalogue.datasets": "datasets",
+}
+
+
 def shipped_sources() -> dict[str, bytes]:
-    """What the wheel must carry under ``fedbandit/_shipped/``: every experiment and data card
-    of the checkout, byte for byte."""
+    """What the wheel must carry under ``fedbandit/catalogue/``: every experiment and data card
+    of the checkout (and the marker that makes each folder a package), byte for byte."""
     files = {}
     for folder, pattern in (("experiments", "*.toml"), ("datasets", "*.md")):
-        for path in sorted((ROOT / folder).glob(pattern)):
-            files[f"fedbandit/_shipped/{folder}/{path.name}"] = path.read_bytes()
+        for path in sorted([*(ROOT / folder).glob(pattern), ROOT / folder / "__init__.py"]):
+            files[f"fedbandit/catalogue/{folder}/{path.name}"] = path.read_bytes()
     return files
 
 
@@ -60,7 +67,8 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_the_wheel_carries_every_experiment_and_data_card(dist):
     with zipfile.ZipFile(dist["wheel"]) as wheel:
         names = set(wheel.namelist())
-        shipped = {name for name in names if name.startswith("fedbandit/_shipped/")}
+        shipped = {name for name in names if name.startswith("fedbandit/catalogue/")}
+        shipped.remove("fedbandit/catalogue/__init__.py")
         expected = shipped_sources()
         assert shipped == set(expected)
         for name, content in expected.items():
@@ -73,7 +81,10 @@ def test_the_wheel_carries_every_experiment_and_data_card(dist):
         } <= names
         assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
         assert not [name for name in names if name.startswith(("tests/", "experiments/"))]
-    assert len([n for n in expected if n.endswith(".toml")]) == len(available_experiments())
+    shipped_experiments = sorted(shipped_folder("experiments").glob("*.toml"))
+    assert len([n for n in expected if n.endswith(".toml")]) == len(shipped_experiments)
+    fixtures = {path.name for path in (ROOT / "tests" / "experiments").glob("*.toml")}
+    assert fixtures and not fixtures & {Path(name).name for name in names}
 
 
 def test_the_sdist_holds_what_the_wheel_is_built_from(dist):
@@ -81,7 +92,9 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(dist):
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     experiments = {f"experiments/{p.name}" for p in (ROOT / "experiments").glob("*.toml")}
     assert experiments <= names
-    assert {"setup.py", "setup.cfg", "LICENSE", "CHANGELOG.md", "datasets/README.md"} <= names
+    assert {"setup.cfg", "pyproject.toml", "LICENSE", "CHANGELOG.md", "datasets/README.md"} <= names
+    assert "experiments/__init__.py" in names and "datasets/__init__.py" in names
+    assert not [n for n in names if n.startswith("tests/experiments/") or "__pycache__" in n]
 
 
 def test_metadata_is_honest_and_twine_accepts_both_files(dist):
@@ -100,6 +113,34 @@ def test_metadata_is_honest_and_twine_accepts_both_files(dist):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_setup_cfg_declares_every_package_and_the_data_packages():
+    """``setup.cfg`` lists the packages by hand (a data package cannot be found: its folder is
+    outside ``fedbandit/``): every package of ``fedbandit/`` is listed, and each data package
+    maps to its top-level folder. The installed fedbandit (editable, in a checkout) reads those
+    folders in place through ``importlib.resources``."""
+    from setuptools import find_packages
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    listed = config["options"]["packages"].split()
+    assert len(listed) == len(set(listed))
+    code = find_packages(str(ROOT), include=["fedbandit", "fedbandit.*"])
+    assert set(listed) == set(code) | set(DATA_PACKAGES)
+    mapped = dict(
+        (part.strip() for part in line.split("="))
+        for line in config["options"]["package_dir"].strip().splitlines()
+    )
+    assert mapped == DATA_PACKAGES
+    for folder in DATA_PACKAGES.values():
+        assert (ROOT / folder / "__init__.py").is_file(), folder
+    data = config["options.package_data"]
+    assert data["fedbandit.catalogue.experiments"].strip() == "*.toml"
+    assert data["fedbandit.catalogue.datasets"].strip() == "*.md"
+    if Path(fedbandit.__file__).resolve().is_relative_to(ROOT):  # the editable install
+        for folder in DATA_PACKAGES.values():
+            assert shipped_folder(folder) == ROOT / folder
 
 
 def imported_distributions() -> set[str]:
