@@ -28,15 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedbandit.bench.cluster import (
-    RUN_TIMEOUT,
-    Cluster,
-    experiment_args,
-    median_p90,
-    run_fedbandit,
-    seed_file,
-    wait_for_nodes,
-)
+from fedbandit.bench import cluster as loopback
 from fedbandit.bench.common import Table
 from fedbandit.bench.processes import (
     RssSampler,
@@ -70,23 +62,23 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
     """One deployment of ``num_nodes`` SuperNodes and one ``fedbandit run`` on it."""
     folder = root / f"nodes-{num_nodes}"
     folder.mkdir()
-    cluster = Cluster(folder)
+    cluster = loopback.Cluster(folder)
     try:
         cluster.start_superlink()
         submission = Submission(
-            cluster.superlink, folder / "flwr-cli", insecure=True, run_timeout=RUN_TIMEOUT
+            cluster.superlink, folder / "flwr-cli", insecure=True, run_timeout=loopback.RUN_TIMEOUT
         )
         names = cluster.start_nodes(clients, "node", num_nodes)
         started = time.perf_counter()
-        wait_for_nodes(cluster, submission, exclude=set(), timeout=600.0, count=num_nodes)
+        loopback.wait_for_nodes(cluster, submission, exclude=set(), timeout=600.0, count=num_nodes)
         startup = time.perf_counter() - started
         roots = {name: cluster.processes[name].pid for name in names}
         roots["superlink"] = cluster.processes["superlink"].pid
-        experiment = experiment_args(clients, horizon)
+        experiment = loopback.experiment_args(clients, horizon)
         out = folder / "flower"
         connect = ["--runtime", "flower", "--superlink", cluster.superlink, "--insecure"]
         with RssSampler(roots) as sampler:
-            wall = run_fedbandit(
+            wall = loopback.run_fedbandit(
                 ["run", *experiment, *connect, "--out", str(out)], folder / "flower.log"
             )
         split = [node_memory_split(cluster.processes[name].pid) for name in names]
@@ -94,10 +86,12 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
     finally:
         cluster.close()
     local = folder / "local"
-    run_fedbandit(["run", *experiment, "--runtime", "local", "--out", str(local)], folder / "l.log")
-    latency = pd.read_csv(seed_file(out, "latency.csv"))
-    seed = read_json(seed_file(out, "json"))
-    median, p90 = median_p90(latency["exchange_s"])
+    loopback.run_fedbandit(
+        ["run", *experiment, "--runtime", "local", "--out", str(local)], folder / "l.log"
+    )
+    latency = pd.read_csv(loopback.seed_file(out, "latency.csv"))
+    seed = read_json(loopback.seed_file(out, "json"))
+    median, p90 = loopback.median_p90(latency["exchange_s"])
     peaks = sorted(sampler.peak_mb[name] for name in names)
     return {
         "nodes": num_nodes,
@@ -108,8 +102,8 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
         "wall_s": wall,
         "median_round_s": median,
         "p90_round_s": p90,
-        "identical": seed_file(out, "regret.csv").read_bytes()
-        == seed_file(local, "regret.csv").read_bytes(),
+        "identical": loopback.seed_file(out, "regret.csv").read_bytes()
+        == loopback.seed_file(local, "regret.csv").read_bytes(),
         "dropped": len(seed.get("dropped") or {}),
         "retried_500": retries,
         "peak_rss_mb_node_median": float(pd.Series(peaks).median()),
