@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 from step_recorder import record_steps
 
+from fedbandit.algorithms.federated_linucb import AsyncParams, DisLinUCBParams
 from fedbandit.contextual.instances import ContextualParams, contextual_instance
 from fedbandit.federation.runtime import InProcessRuntime, run_federation
 from fedbandit.simulation import build_federation, simulate
@@ -373,9 +374,11 @@ def _alpha_t(count: int, lam: float) -> float:
 
 
 def _authors_reference(
-    instance, steps, kind, threshold=None, gamma_u=None, gamma_d=None, late=True
+    instance, steps, kind, threshold=None, gamma_u=None, gamma_d=None, late=True, fixed=-1
 ):
-    """SyncLinUCB (``kind = "sync"``) or AsyncLinUCB (``"async"``) as the authors' code runs."""
+    """SyncLinUCB (``kind = "sync"``) or AsyncLinUCB (``"async"``) as the authors' code runs;
+    ``fixed``: the code's ``alpha`` (-1: ``alpha_t``; ``getUCB`` uses any other value as the
+    width, as ``SimulationRealworldData.py``'s 0.3)."""
     lam, eye = AUTHORS_LAM, AUTHORS_LAM * np.eye(D_DIM)
     a, b, n, a_up, b_up, n_up = {}, {}, {}, {}, {}, {}
     snap: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
@@ -396,6 +399,7 @@ def _authors_reference(
             if kind == "async":
                 a_down[j], b_down[j], n_down[j] = a_agg.copy(), b_agg.copy(), n_agg
         inverse, theta, alpha = snap[j]
+        alpha = alpha if fixed == -1 else fixed
         best, best_value = None, -np.inf
         for arm in range(K):
             x = contexts[arm]
@@ -491,6 +495,28 @@ def test_async_linucb_authors_code_makes_the_authors_decisions():
     _compare(ours, reference)
     fresh = _authors_reference(ours[0], ours[1], "async", gamma_u=2.0, gamma_d=2.0, late=False)
     assert fresh[0] != reference[0]
+
+
+@pytest.mark.parametrize("algorithm, kind", [("dislinucb", "sync"), ("async_linucb", "async")])
+def test_a_fixed_width_makes_the_authors_decisions_with_their_alpha(algorithm, kind):
+    ours = _run_ours(algorithm, {**AUTHORS, "width": 0.3})
+    rules = {"threshold": T / (M * D_DIM * math.log(T)), "gamma_u": 2.0, "gamma_d": 2.0}
+    reference = _authors_reference(ours[0], ours[1], kind, fixed=0.3, **rules)
+    _compare(ours, reference)
+    adaptive = _authors_reference(ours[0], ours[1], kind, **rules)
+    assert adaptive[0] != reference[0]  # the width decides picks on this instance
+
+
+def test_a_fixed_width_needs_the_authors_code_and_a_positive_value():
+    for bad, words in [
+        ({"width": 0.3}, "needs fidelity"),
+        ({"fidelity": "authors_code", "width": 0.0}, "positive number"),
+        ({"fidelity": "authors_code", "width": "fixed"}, "adaptive"),
+    ]:
+        for params in (DisLinUCBParams, AsyncParams):
+            with pytest.raises(ValueError, match=words):
+                params(**bad)
+    assert DisLinUCBParams(fidelity="authors_code").width == "adaptive"
 
 
 def test_fedlinucb_authors_code_makes_the_authors_decisions():

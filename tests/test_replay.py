@@ -307,9 +307,12 @@ def authors_events(folder: Path, bias: bool = True):
             yield user, chosen, ids, np.array(rows)
 
 
-def authors_dislinucb(folder: Path, lam: float, delta: float, R: float, threshold: float):
+def authors_dislinucb(
+    folder: Path, lam: float, delta: float, R: float, threshold: float, alpha: float | None = None
+):
     """``lib/DisLinUCB.py`` (FedGLB-UCB) with ``alpha=None`` (its ``alpha_t``,
-    ``alpha_t_scaling`` 1), in ``RunRealworldDataset.py``'s loop. Returns the rewards, the
+    ``alpha_t_scaling`` 1) or a fixed ``alpha`` (``RunRealworldDataset.py`` sets
+    ``alpha_linear = 0.3``), in ``RunRealworldDataset.py``'s loop. Returns the rewards, the
     script's ``totalCommCost``, per sync the clients known and those with buffered data, and the
     arm (pool position) picked at every event."""
     clients: dict[int, dict] = {}
@@ -333,7 +336,8 @@ def authors_dislinucb(folder: Path, lam: float, delta: float, R: float, threshol
             }  # fmt: skip
         c = clients[user]
         ucbs = np.sqrt((np.matmul(arm_matrix, c["AInv"]) * arm_matrix).sum(axis=1))
-        mu = np.matmul(arm_matrix, c["theta"]) + c["alpha_t"] * 1.0 * ucbs
+        alpha_now = c["alpha_t"] * 1.0 if alpha is None else alpha
+        mu = np.matmul(arm_matrix, c["theta"]) + alpha_now * ucbs
         arm = int(ties.choice(np.flatnonzero(mu == mu.max())))
         arms.append(arm)
         reward = 1 if ids[arm] == chosen else 0
@@ -371,14 +375,16 @@ def our_rewards(result, horizon: int) -> list[int]:
     return np.diff(hit_curve(result.regret, horizon), prepend=0).astype(int).tolist()
 
 
-def test_dislinucb_gives_the_authors_rewards_and_communication(tmp_path):
+@pytest.mark.parametrize("width", ["adaptive", 0.3])
+def test_dislinucb_gives_the_authors_rewards_and_communication(tmp_path, width):
     folder = example(tmp_path, users=4, events=400, items=60, dim=4, pool_size=8, temperature=0.3)
     lam, delta, R, D = 0.2, 0.01, 0.5, 2.0
-    rewards, authors_total, syncs, arms = authors_dislinucb(folder, lam, delta, R, D)
+    alpha = None if width == "adaptive" else width
+    rewards, authors_total, syncs, arms = authors_dislinucb(folder, lam, delta, R, D, alpha)
     instance = build_replay(params(folder, shuffle_pools=False))
     hyper = {
         "fidelity": "authors_code", "regularization": lam, "delta": delta, "noise_sigma": R,
-        "threshold": D,
+        "threshold": D, "width": width,
     }  # fmt: skip
     server, groups = build_federation(instance, "dislinucb", 400, [0, 0], hyper)
     steps = record_steps(groups)

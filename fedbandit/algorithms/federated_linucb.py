@@ -107,7 +107,42 @@ class FidelityParams(RidgeParams):
         return data
 
 
-class DisLinUCBParams(FidelityParams):
+#: ``width`` of ``dislinucb`` and ``async_linucb``: ``"adaptive"`` or a fixed positive number.
+Width = float | Literal["adaptive"]
+
+
+def check_width(width: Width, fidelity: Fidelity) -> None:
+    """A fixed ``width`` is the authors' scripts' rule: it needs ``fidelity = "authors_code"``."""
+    if width != "adaptive" and fidelity != "authors_code":
+        raise ValueError(
+            f"width = {width} is the authors' scripts' fixed width: it needs "
+            'fidelity = "authors_code" (the paper mode keeps the adaptive radius)'
+        )
+
+
+class LiWangWidthParams(FidelityParams):
+    """``width``: the confidence width of the decisions with ``fidelity = "authors_code"``.
+    ``"adaptive"`` (default): the code's ``alpha_t`` = sigma sqrt(d log(1 + n / (d lambda)) +
+    2 log(1/delta)) + sqrt(lambda), n the samples in the client's statistics (``count_radius``),
+    as the code computes it when its ``alpha`` is None or -1 (the simulations:
+    ``SimulationHomogeneousClients.py``). A positive number: that fixed width, as the real-data
+    scripts set ``alpha = 0.3`` (``cyrilli/FedGLB-UCB``, ``RunRealworldDataset.py``:199
+    ``alpha_linear``, for ``lib/DisLinUCB.py``; ``cyrilli/Async-LinUCB``,
+    ``SimulationRealworldData.py``:247 ``config["alpha"]``, for ``lib/SyncLinUCB.py`` and
+    ``lib/AsyncLinUCB.py``): the UCB is x^T theta + width ||x||_{V^-1}. Only with
+    ``authors_code``; the paper mode keeps the OFUL radius."""
+
+    width: Width = "adaptive"
+
+    @model_validator(mode="after")
+    def _width_needs_authors_code(self) -> LiWangWidthParams:
+        if isinstance(self.width, float) and not (0 < self.width < math.inf):
+            raise ValueError(f"width must be a positive number or 'adaptive', got {self.width}")
+        check_width(self.width, self.fidelity)
+        return self
+
+
+class DisLinUCBParams(LiWangWidthParams):
     """``threshold``: D of the sync trigger; default (None) by ``threshold_rule``: ``simulation``
     T_total / (M d log T_total) (the authors' simulations' ``D2``; in the synchronous order, where
     T_total = M T, this is our transposition of it: 310 for ``fed_contextual``, whose Theorem 4
@@ -144,7 +179,7 @@ class DisLinUCBParams(FidelityParams):
         return self
 
 
-class AsyncParams(FidelityParams):
+class AsyncParams(LiWangWidthParams):
     """``upload_ratio`` gamma_U and ``download_ratio`` gamma_D (>= 1): determinant ratios that
     trigger an upload and a server push (Async-LinUCB; 1 uploads on every pull that grows the
     determinant, as the authors' ``gamma=1``). Our default: 2 for both. ``authors_code``:
@@ -221,8 +256,12 @@ class FederatedRidgeClientBase(ClientLogic):
 
     def _decision_radius(self, rows: np.ndarray) -> np.ndarray:
         """authors_code: the width of the ``rows``' decisions, (len(rows), G): Li & Wang's
-        ``alpha_t`` from the samples in each client's statistics (``count_radius``)."""
+        ``alpha_t`` from the samples in each client's statistics (``count_radius``), or the
+        fixed ``width`` the real-data scripts set (``LiWangWidthParams``)."""
         learners = self.policy.learners
+        width = getattr(self.params, "width", "adaptive")
+        if width != "adaptive":
+            return np.full((len(rows), learners.logdet.shape[1]), float(width))
         return count_radius(
             self.view_count[rows],
             learners.dim,

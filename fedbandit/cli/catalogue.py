@@ -4,6 +4,7 @@ instance kinds) and ``prepare`` (a downloaded data set into the files its experi
 from __future__ import annotations
 
 import argparse
+import typing
 
 from fedbandit.cli.options import add_experiments_option
 from fedbandit.config import available_experiments, experiment_folders, shipped_folder
@@ -66,6 +67,9 @@ def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
 
 
 def _type_name(annotation: object) -> str:
+    """A field's type as ``list --algorithms`` shows it: unions member by member."""
+    if typing.get_origin(annotation) is typing.Union:
+        return " | ".join(_type_name(member) for member in typing.get_args(annotation))
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
