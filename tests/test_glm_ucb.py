@@ -25,6 +25,7 @@ from fedbandit.algorithms.glm_ucb import (
     link_slope,
     local_beta,
     project_to_ball,
+    project_to_simplex,
     sample_dots,
     sync_threshold,
 )
@@ -112,6 +113,46 @@ def test_agd_step_is_the_codes_loop():
         np.testing.assert_allclose(point, expected, rtol=0, atol=1e-14)
     np.testing.assert_array_equal(code_points[0], np.zeros(3))  # the first step stays put
     assert np.linalg.norm(point - target) < np.linalg.norm(target)
+
+
+def test_projection_onto_the_simplex_by_hand():
+    cases = [
+        # (theta, M, y): the Euclidean projection of (0.3, 0.3) splits the missing 0.4
+        ([0.3, 0.3], np.eye(2), [0.5, 0.5]),
+        # M = diag(1, 3), theta = 0: min y1^2 + 3 y2^2 on y1 + y2 = 1 gives y1 = 3 y2
+        ([0.0, 0.0], np.diag([1.0, 3.0]), [0.75, 0.25]),
+        # M = diag(1, 4), theta = (1, 1): (t - 1)^2 + 4 t^2 on y = (t, 1 - t), t = 1/5; the
+        # Euclidean projection would be (0.5, 0.5): the metric decides
+        ([1.0, 1.0], np.diag([1.0, 4.0]), [0.2, 0.8]),
+        # Euclidean, (2, 0, -1): tau = 1, only the first coordinate stays positive
+        ([2.0, 0.0, -1.0], np.eye(3), [1.0, 0.0, 0.0]),
+        # a point of the simplex is its own projection, in any metric
+        ([0.2, 0.3, 0.5], np.array([[2.0, 0.5, 0.0], [0.5, 1.0, 0.2], [0.0, 0.2, 3.0]]),
+         [0.2, 0.3, 0.5]),
+    ]  # fmt: skip
+    for theta, metric, expected in cases:
+        y = project_to_simplex(np.array([theta]), np.array([metric]))[0]
+        np.testing.assert_allclose(y, expected, atol=1e-12)
+
+
+def test_projection_onto_the_simplex_is_the_authors_qp():
+    """Against the QP of ``projection_in_norm`` (min (y - theta)^T M (y - theta), y >= 0,
+    sum y = 1), solved by cvxpy, on random points, metrics and sizes."""
+    cp = pytest.importorskip("cvxpy")
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        d = int(rng.integers(2, 10))
+        root = rng.standard_normal((d, d))
+        metric = root @ root.T + 0.1 * np.eye(d)
+        theta = rng.standard_normal(d) * rng.choice([0.3, 1.0, 5.0])
+        ours = project_to_simplex(theta[None], metric[None])[0]
+        y = cp.Variable(d)
+        objective = cp.Minimize(cp.quad_form(y - theta, cp.psd_wrap(metric)))
+        cp.Problem(objective, [y >= 0, cp.sum(y) == 1]).solve(
+            solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+        )
+        assert ours.min() >= 0 and ours.sum() == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_allclose(ours, y.value, atol=1e-7)
 
 
 def test_projection_onto_the_ball_by_hand():

@@ -420,16 +420,30 @@ def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
+def authors_qp_projection(x: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """``lib/FedGLB_UCB.py``'s ``projection_in_norm``: the QP min y^T M y - 2 x^T M y over
+    y >= 0, sum y = 1 (cvxopt's ``solvers.qp(2 M, -2 M x, -I, 0, 1^T, 1)``), solved by cvxpy."""
+    import cvxpy as cp
+
+    y = cp.Variable(len(x))
+    objective = cp.Minimize(cp.quad_form(y - x, cp.psd_wrap(M)))
+    cp.Problem(objective, [y >= 0, cp.sum(y) == 1]).solve(
+        solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+    )
+    return np.asarray(y.value)
+
+
 def authors_fedglb_ucb(
-    folder: Path, users: list[int] | None, lam=0.2, threshold=2.0, alpha=0.3
+    folder: Path, users: list[int] | None, lam=0.2, threshold=2.0, alpha=0.3, projection="ball"
 ):  # fmt: skip
     """``lib/FedGLB_UCB.py`` with ``RunRealworldDataset.py``'s constants (lambda 0.2, c_mu =
     dsigmoid(1), S 1, a fixed alpha 0.3, init_x None: the AGD starts at the last global model,
     max_iters 1000), in the script's loop; ``decide`` registers a client at its first event
     (with ``users``, every one of them is registered before the first event instead: the paper
-    mode's federation). One change, our declared deviation: the ONS step projects onto the ball
-    ||theta|| <= S (``project_to_ball``), not the code's simplex. With a fixed alpha the
-    confidence parts never enter a decision: left out."""
+    mode's federation). ``projection = "simplex"``: the code's QP onto the simplex
+    (``authors_qp_projection``); ``"ball"``: our paper mode's change, ||theta|| <= S
+    (``project_to_ball``). With a fixed alpha the confidence parts never enter a decision: left
+    out. Returns the rewards, the sync steps, the AGD iterations per sync and the picks."""
     from fedbandit.algorithms.glm_ucb import project_to_ball
 
     S, max_iters = 1.0, 1000
@@ -472,7 +486,10 @@ def authors_fedglb_ucb(
             c["AInv"] -= np.outer(tmp, tmp) / (1 + x.dot(tmp))
             grad = -click + _sigmoid(z)
             theta_prime = c["ONS"] - grad / c_mu * c["AInv"].dot(x)
-            c["ONS"] = project_to_ball(theta_prime[None], (c["A"] + shift)[None], S)[0]
+            if projection == "simplex":
+                c["ONS"] = authors_qp_projection(theta_prime, c["A"] + shift)
+            else:
+                c["ONS"] = project_to_ball(theta_prime[None], (c["A"] + shift)[None], S)[0]
             c["ridge"] = np.dot(c["AInv"], c["b"])
             continue
         syncs.append(step)
@@ -514,17 +531,26 @@ def authors_fedglb_ucb(
     return rewards, syncs, iterations, arms
 
 
-@pytest.mark.parametrize("fidelity", ["paper", "authors_code"])
-def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(tmp_path, fidelity):
-    folder = example(tmp_path, users=3, events=150, items=50, dim=3, pool_size=6, temperature=0.3)
+@pytest.mark.parametrize(
+    "fidelity, projection",
+    [("paper", "ball"), ("authors_code", "ball"), ("authors_code", "simplex")],
+)
+def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(
+    tmp_path, fidelity, projection
+):
+    # d = 4 + bias: a log on which the simplex and the ball give different picks
+    size = {"events": 200, "dim": 4} if projection == "simplex" else {"events": 200, "dim": 3}
+    folder = example(tmp_path, users=3, items=50, pool_size=6, temperature=0.3, **size)
+    T = size["events"]
     instance = build_replay(params(folder, shuffle_pools=False))
     users = [int(u) for u in instance.users] if fidelity == "paper" else None
-    rewards, syncs, iterations, arms = authors_fedglb_ucb(folder, users)
+    rewards, syncs, iterations, arms = authors_fedglb_ucb(folder, users, projection=projection)
     hyper = {
         "regularization": 0.2, "delta": 0.01, "width": 0.3, "threshold": 2.0,
         "warm_start": True, "max_iterations": 1000, "fidelity": fidelity,
+        "projection": projection,
     }  # fmt: skip
-    server, groups = build_federation(instance, "fedglb_ucb", 150, [0, 0], hyper)
+    server, groups = build_federation(instance, "fedglb_ucb", T, [0, 0], hyper)
     steps = record_steps(groups)
     ours_syncs, ours_iterations = [], []
     runtime = InProcessRuntime(groups)
@@ -542,16 +568,20 @@ def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(tmp_path,
             return getattr(runtime, name)
 
     outcome = run_federation(server, Recording())
-    assert [steps[s]["arm"] for s in range(150)] == arms
-    hits = hit_curve(outcome.regret, 150)
+    assert [steps[s]["arm"] for s in range(T)] == arms
+    hits = hit_curve(outcome.regret, T)
     assert np.diff(hits, prepend=0).astype(int).tolist() == rewards
     assert ours_syncs == syncs and ours_iterations == iterations
-    assert len(syncs) >= 5 and max(iterations) > 5 and 10 < sum(rewards) < 150
+    assert len(syncs) >= 5 and max(iterations) > 5 and 10 < sum(rewards) < T
     if (
         fidelity == "authors_code"
     ):  # the joining rules differ on this log: the test tells them apart
-        everyone = authors_fedglb_ucb(folder, [int(u) for u in instance.users])
+        everyone = authors_fedglb_ucb(
+            folder, [int(u) for u in instance.users], projection=projection
+        )
         assert everyone[3] != arms
+    if projection == "simplex":  # and so do the projections
+        assert authors_fedglb_ucb(folder, users)[3] != arms
 
 
 # ----------------------------------------------------------------- results, runtimes, plots

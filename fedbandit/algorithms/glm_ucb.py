@@ -36,10 +36,12 @@ theta_ridge^T b) with s = 0.1 (``alpha_t_scaling`` of the script), clipped at 0 
 
 Where ours differs from the code:
 
-- the projection of the ONS step is onto the paper's feasible set, the ball ||theta|| <= S, in the
-  norm of A + lambda/c_mu I (``project_to_ball``; ``projection = "none"`` skips it). The code
-  projects onto the probability simplex {theta >= 0, sum theta = 1} (``projection_in_norm``, a
-  cvxopt QP), which excludes the normalised Gaussian theta* of its own script;
+- the projection of the ONS step is by default onto the paper's feasible set, the ball
+  ||theta|| <= S, in the norm of A + lambda/c_mu I (``project_to_ball``; ``projection = "none"``
+  skips it). The code projects onto the probability simplex {theta >= 0, sum theta = 1} in the
+  same norm (``projection_in_norm``, a cvxopt QP), which excludes the normalised Gaussian theta*
+  of its own script: ``projection = "simplex"`` does that (``project_to_simplex``, exact), in
+  either fidelity;
 - the argmax breaks ties by the lowest arm index (the code: at random among equal values, which
   with a shared theta only happens between identical arm vectors, so the regret is the same);
 - in synchronous rounds every client acts in a round and a global update follows the round; in the
@@ -116,7 +118,9 @@ class FedGLBParams(Hyperparameters):
       syncs);
     - ``max_iterations``: of the AGD (default 2 n); ``warm_start``: start the AGD from the last
       global x (the script starts from 0);
-    - ``projection``: the ONS step's feasible set: ``ball`` ||theta|| <= S, or ``none``;
+    - ``projection``: the ONS step's feasible set, in the norm of A + lambda/c_mu I: ``ball``
+      ||theta|| <= S (the paper's), ``simplex`` {theta >= 0, sum theta = 1} (the code's
+      ``projection_in_norm``; S unused), or ``none``;
     - ``fidelity``: ``paper`` (default) or ``authors_code`` (the authors' code's joining rule:
       a client is part of the federation from its first pull; for ``ons_glm`` the constants of
       the code's ``N_ONS_GLM``; see the module docstring). The AGD's start (0) and cap (2 n) are
@@ -133,7 +137,7 @@ class FedGLBParams(Hyperparameters):
     threshold: float | None = Field(None, ge=0)
     max_iterations: int | None = Field(None, ge=1)
     warm_start: bool = False
-    projection: Literal["ball", "none"] = "ball"
+    projection: Literal["ball", "simplex", "none"] = "ball"
     fidelity: Fidelity = "paper"
 
 
@@ -311,6 +315,60 @@ def project_to_ball(theta: np.ndarray, metric: np.ndarray, radius: float) -> np.
     return out
 
 
+def project_to_simplex(theta: np.ndarray, metric: np.ndarray) -> np.ndarray:
+    """argmin (y - theta)^T M (y - theta) over the probability simplex {y >= 0, sum y = 1} for
+    each row: the QP of the authors' ``projection_in_norm`` (``cyrilli/FedGLB-UCB``,
+    ``lib/FedGLB_UCB.py``:14-27 and ``lib/N_ONS_GLM.py``, cvxopt ``solvers.qp`` with P = 2 M,
+    q = -2 M theta, G = -I, h = 0, A = 1^T, b = 1), solved exactly by the primal active-set
+    method (Nocedal & Wright, Numerical Optimization, Algorithm 16.3). On the free set F (the
+    others 0) the minimiser solves M_FF y_F - (M theta)_F = nu 1, 1^T y_F = 1; a step blocked by
+    a coordinate reaching 0 fixes it, and at a minimiser of the working set the bound whose
+    multiplier mu_i = (M (y - theta))_i - nu is most negative is freed; y is optimal when no
+    mu_i < 0 (the KKT conditions). Starts at the vertex e_k nearest theta in M's norm; M
+    symmetric positive definite. (n, d), (n, d, d) -> (n, d)."""
+    out = np.empty_like(theta)
+    for row in range(len(theta)):
+        out[row] = _simplex_row(theta[row], metric[row])
+    return out
+
+
+def _simplex_row(theta: np.ndarray, metric: np.ndarray) -> np.ndarray:
+    """``project_to_simplex`` for one point."""
+    d = len(theta)
+    pull = metric @ theta
+    vertex_cost = np.diag(metric) - 2.0 * pull
+    y = np.zeros(d)
+    y[int(np.argmin(vertex_cost))] = 1.0
+    free = y > 0
+    scale = 1e-12 * (1.0 + np.abs(metric).max() * (1.0 + np.abs(theta).max()))
+    for _ in range(20 * d + 20):
+        index = np.flatnonzero(free)
+        system = np.zeros((len(index) + 1, len(index) + 1))
+        system[:-1, :-1] = metric[np.ix_(index, index)]
+        system[:-1, -1] = -1.0
+        system[-1, :-1] = 1.0
+        solution = np.linalg.solve(system, np.append(pull[index], 1.0))
+        target, nu = solution[:-1], solution[-1]
+        step = target - y[index]
+        shrinking = step < 0
+        ratios = np.where(shrinking, -y[index] / np.where(shrinking, step, -1.0), np.inf)
+        blocking = int(np.argmin(ratios))
+        if ratios[blocking] < 1.0:
+            y[index] += ratios[blocking] * step
+            y[index[blocking]] = 0.0
+            free[index[blocking]] = False
+            continue
+        y[:] = 0.0
+        y[index] = target
+        multipliers = metric @ (y - theta) - nu
+        multipliers[free] = 0.0
+        worst = int(np.argmin(multipliers))
+        if multipliers[worst] >= -scale:
+            return y
+        free[worst] = True
+    raise RuntimeError("project_to_simplex: the active-set method did not converge")
+
+
 def _logdet(matrices: np.ndarray) -> np.ndarray:
     return np.linalg.slogdet(matrices)[1]
 
@@ -483,9 +541,12 @@ class FedGLBClient(ClientLogic):
         grad = link_mean(self.link, z) - y
         direction = np.einsum("nde,ne->nd", inverse, x)
         candidate = self.theta_ons[rows] - (grad / c)[:, None] * direction
-        if p.projection == "ball":
+        if p.projection != "none":
             metric = self.gram[rows] + self.shift * np.eye(self.spec.dim)
-            candidate = project_to_ball(candidate, metric, p.theta_bound)
+            if p.projection == "ball":
+                candidate = project_to_ball(candidate, metric, p.theta_bound)
+            else:
+                candidate = project_to_simplex(candidate, metric)
         self.theta_ons[rows] = candidate
         self.theta_ridge[rows] = np.einsum("nde,ne->nd", inverse, self.target[rows])
         self.bound_b2[rows] += 0.5 / c * grad * grad * (x * direction).sum(axis=1)
