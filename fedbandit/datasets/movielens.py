@@ -359,6 +359,7 @@ def build_movielens(params: MovieLensParams) -> Any:
     info = {
         **{k: v for k, v in facts.items() if k != "preprocess_seconds"},
         "source": str(file),
+        "data_files": {str(file): data_sha256},
         "clients": f"users 1..{params.num_clients}",
         **gap_statistics(clients @ thetas.T),
     }

@@ -551,11 +551,16 @@ def replay_from_events(
     per_client = np.bincount(clients, minlength=M)
     chosen_items = {raw.pools[s][raw.chosen[s]] for s in range(T)}
     norms = np.linalg.norm(features, axis=1)
+    shas = {
+        str(events_file): file_sha256(events_file),
+        str(features_file): file_sha256(features_file),
+    }
     info: dict[str, Any] = {
         "events_file": str(events_file),
         "features_file": str(features_file),
-        "events_sha256": file_sha256(events_file),
-        "features_sha256": file_sha256(features_file),
+        "events_sha256": shas[str(events_file)],
+        "features_sha256": shas[str(features_file)],
+        "data_files": shas,
         "format": event_format(params, events_file),
         "num_events": T,
         "num_users": num_users,
