@@ -132,7 +132,7 @@ def read_ratings(path: str | Path) -> Ratings:
     file = resolve_path(path)
     raw = file.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise DatasetError(f"{file}, line {line}: not text (undecodable byte)") from None
