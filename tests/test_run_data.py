@@ -91,7 +91,7 @@ def test_resuming_on_an_edited_data_file_is_refused_before_anything_is_rewritten
     edit(events)
     line = one_line_error("run", str(toml), "--out", str(out), "--seeds", "2", "--quiet")
     assert line.startswith("fedbandit: error: ")
-    assert f"the data file {events} has changed" in line
+    assert f"the data file {events} has changed since the folder's first run read it" in line
     assert f"sha256 {before_sha} recorded, {sha(events)} now" in line
     assert "choose another --out" in line
     assert snapshot(out) == before  # manifest, summary, seed files: byte for byte
@@ -131,7 +131,7 @@ def test_a_seed_that_read_other_data_is_named(replay_run):
     before = snapshot(out)
     with pytest.raises(ConfigError) as err:
         run_experiment(_config(toml, seeds=2), out, workers=1, progress=False, plots=False)
-    assert f"the data file {events} has changed since oful/seed_0 ran" in str(err.value)
+    assert f"the data file {events} has changed since oful/seed_0 read it" in str(err.value)
     assert f"sha256 {'0' * 64} recorded, {sha(events)} now" in str(err.value)
     assert snapshot(out) == before
 

@@ -106,7 +106,7 @@ def seed_files(
             "pulls": result.regret.client_pulls,
         }
     )
-    info = {
+    info: dict[str, Any] = {
         "algorithm": algorithm,
         "seed": seed,
         "seconds": result.seconds,

@@ -168,7 +168,7 @@ def _refuse_other_data(
                 "--out"
             )
         raise ConfigError(
-            f"{run_dir}: the data file {path} has changed since {who} ran (sha256 {sha} "
+            f"{run_dir}: the data file {path} has changed since {who} read it (sha256 {sha} "
             f"recorded, {now} now); a results folder holds the results of one data file: "
             "choose another --out (or restore the file)"
         )
