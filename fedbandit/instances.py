@@ -25,7 +25,8 @@ class Instance(Protocol):
 
     ``contextual`` says which algorithms apply (fresh contexts each round, or fixed features per
     client and arm); ``make_environment`` gives the environment that plays a group of clients, so
-    the harness never chooses one by type. ``summary`` goes into ``manifest.json``.
+    the harness never chooses one by type. ``summary`` goes into ``manifest.json``; a kind that
+    reads files records them there as ``data_files`` (path -> SHA-256, see ``data_files``).
     """
 
     @property
@@ -49,6 +50,16 @@ class Instance(Protocol):
         """The environment of the clients ``client_ids`` over ``horizon`` steps, rewards seeded
         by ``entropy`` (one stream per client, see ``fedbandit.rng``)."""
         ...
+
+
+def data_files(instance: Instance) -> dict[str, str]:
+    """The files an instance was built from, path -> SHA-256 of the bytes read: its summary's
+    ``data_files`` (data-backed kinds record it; empty for generated instances). A results
+    folder holds the results of one such set of files."""
+    info = getattr(instance, "info", None)
+    if isinstance(info, dict) and "data_files" in info:
+        return dict(info["data_files"])
+    return dict(instance.summary().get("data_files") or {})
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from fedbandit.errors import ConfigError, describe_validation
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.federation.runtime import FederationResult, InProcessRuntime, run_federation
 from fedbandit.group_environment import RegretRecord
-from fedbandit.instances import Instance
+from fedbandit.instances import Instance, data_files
 from fedbandit.registry import algorithms
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ class SeedResult:
     #: The algorithm's own report (``ServerLogic.report``), such as its privacy accounting.
     report: Mapping[str, Any] = field(default_factory=dict)
     compile_seconds: float | None = None
+    #: The files the seed's instance was built from, path -> SHA-256 (``instances.data_files``).
+    data_files: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
     def of(
@@ -55,8 +57,10 @@ class SeedResult:
         outcome: FederationResult,
         seconds: float,
         compile_seconds: float | None = None,
+        data_files: Mapping[str, str] | None = None,
     ) -> SeedResult:
-        """The record of a finished federation (any runtime)."""
+        """The record of a finished federation (any runtime) on the instance whose data files
+        are ``data_files`` (``instances.data_files``)."""
         return SeedResult(
             algorithm=algorithm,
             seed=int(entropy[-1]),
@@ -69,6 +73,7 @@ class SeedResult:
             dropped=dict(outcome.dropped),
             report=dict(outcome.report),
             compile_seconds=compile_seconds,
+            data_files=dict(data_files or {}),
         )
 
 
@@ -181,4 +186,6 @@ def simulate(
         server, groups = build_federation(instance, algorithm, horizon, entropy, params, group_size)
         outcome = run_federation(server, InProcessRuntime(groups))
     wall = time.perf_counter() - start
-    return SeedResult.of(algorithm, entropy, outcome, wall - compiling[0], compiling[0])
+    return SeedResult.of(
+        algorithm, entropy, outcome, wall - compiling[0], compiling[0], data_files(instance)
+    )

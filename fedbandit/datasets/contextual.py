@@ -441,6 +441,8 @@ def build_classification_contextual(
             data = load_table(file, params.label, params.header)
             name = f"contextual_table_{file.name}"
         instance = contextual_from_data(data, params, name)
+        if params.dataset is None:
+            instance.info["data_files"] = {str(file): content}
         if len(_MEMO) >= _MEMO_SIZE:
             _MEMO.pop(next(iter(_MEMO)))
         _MEMO[key] = instance

@@ -132,7 +132,7 @@ def read_ratings(path: str | Path) -> Ratings:
     file = resolve_path(path)
     raw = file.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise DatasetError(f"{file}, line {line}: not text (undecodable byte)") from None
@@ -359,6 +359,7 @@ def build_movielens(params: MovieLensParams) -> Any:
     info = {
         **{k: v for k, v in facts.items() if k != "preprocess_seconds"},
         "source": str(file),
+        "data_files": {str(file): data_sha256},
         "clients": f"users 1..{params.num_clients}",
         **gap_statistics(clients @ thetas.T),
     }

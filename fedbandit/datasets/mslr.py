@@ -714,6 +714,7 @@ def build_mslr(params: MSLRParams) -> MSLRInstance:
             )
     source = str(files[0]) if len(files) == 1 else str(Path(params.path).expanduser())
     instance = assemble(entry, params, source)
+    instance.info["data_files"] = {str(f): sha for f, sha in zip(files, shas, strict=True)}
     if len(_MEMO) >= _MEMO_SIZE:
         _MEMO.pop(next(iter(_MEMO)))
     _MEMO[key] = instance

@@ -31,6 +31,9 @@ Formats (``format``, default by the file's extension):
   are replayed in file order). Features as a ``.csv`` file: a header, then ``item,f_1,...,f_d``.
   Ids are text (compared as written); the authors' format's ids are integers.
 
+Files are UTF-8 text; a byte-order mark (as spreadsheet programs save CSV) is skipped. Parquet is
+not read (no Parquet engine is a dependency): such a file is refused with how to convert it.
+
 Users become clients in the order of their first event (client r mod M with ``num_clients``
 = M, else one client per user). ``max_users`` keeps the events of the first users only,
 ``max_events`` the first events; ``pool_size`` keeps the logged choice and the first
@@ -75,6 +78,8 @@ AUTHORS_FEATURES = "Arm_FeatureVectors_2.dat"
 #: The header the authors' ``getProcessedEvents.py`` writes.
 AUTHORS_HEADER = "userid  timestamp   arm_pool"
 CSV_COLUMNS = ("user", "time", "pool", "chosen")
+#: Names of Parquet files (refused with how to convert them: no Parquet engine is a dependency).
+PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 #: At most this many user ids are listed in the instance summary (the manifest).
 LISTED_USERS = 1000
 
@@ -192,10 +197,26 @@ def event_format(params: ReplayParams, file: Path) -> str:
     return "csv" if file.suffix.lower() == ".csv" else "authors"
 
 
+def _refuse_parquet(file: Path, raw: bytes) -> None:
+    """A Parquet file (by its name or its first bytes) is refused with how to convert it: the
+    formats read are text (no Parquet engine is a dependency)."""
+    if file.suffix.lower() in PARQUET_SUFFIXES or raw[:4] == b"PAR1":
+        raise DatasetError(
+            f"{file}: a Parquet file, which fedbandit does not read; the formats accepted are "
+            "CSV (header user,time,pool,chosen; pool items separated by spaces) and the "
+            "authors' tab-separated format: convert it, e.g. with pandas "
+            f"`pandas.read_parquet({str(file)!r}).to_csv('events.csv', index=False)` "
+            "(with the pool as space-separated item ids)"
+        )
+
+
 def _lines(file: Path) -> list[str]:
+    """The lines of a UTF-8 text file (a byte-order mark, as spreadsheet programs write, is
+    skipped)."""
     raw = file.read_bytes()
+    _refuse_parquet(file, raw)
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise DatasetError(f"{file}, line {line}: not text (undecodable byte)") from None
@@ -317,15 +338,22 @@ def read_csv_events(file: Path, params: ReplayParams) -> RawEvents:
                 f"({','.join(header)}), got {len(row)}"
             )
         user, time = row[where["user"]].strip(), row[where["time"]].strip()
-        pool = row[where["pool"]].split()
+        pool_text = row[where["pool"]]
+        pool = pool_text.split()
         chosen = row[where["chosen"]].strip()
         if not user:
             raise DatasetError(f"{file}, line {number}: empty user")
         if not pool:
             raise DatasetError(f"{file}, line {number}: empty pool")
         if chosen not in pool:
+            hint = (
+                " (pool items are separated by spaces, not commas: write the pool as "
+                f"{' '.join(p for p in pool_text.replace(',', ' ').split())!r})"
+                if "," in pool_text
+                else ""
+            )
             raise DatasetError(
-                f"{file}, line {number}: the chosen item {chosen!r} is not in the pool"
+                f"{file}, line {number}: the chosen item {chosen!r} is not in the pool{hint}"
             )
         selection.add(user, time, pool, pool.index(chosen), number)
     return selection.events
@@ -522,9 +550,10 @@ def replay_from_events(
             )
         for position, item in enumerate(kept):
             if item not in item_rows:
+                hint = " (pool items are separated by spaces, not commas)" if "," in item else ""
                 raise DatasetError(
                     f"{events_file}, line {raw.lines[s]}: item {item} has no feature vector in "
-                    f"{features_file}"
+                    f"{features_file}{hint}"
                 )
             rows[s, position] = used.setdefault(item, len(used))
         chosen[s] = list(keep).index(raw.chosen[s])
@@ -551,11 +580,16 @@ def replay_from_events(
     per_client = np.bincount(clients, minlength=M)
     chosen_items = {raw.pools[s][raw.chosen[s]] for s in range(T)}
     norms = np.linalg.norm(features, axis=1)
+    shas = {
+        str(events_file): file_sha256(events_file),
+        str(features_file): file_sha256(features_file),
+    }
     info: dict[str, Any] = {
         "events_file": str(events_file),
         "features_file": str(features_file),
-        "events_sha256": file_sha256(events_file),
-        "features_sha256": file_sha256(features_file),
+        "events_sha256": shas[str(events_file)],
+        "features_sha256": shas[str(features_file)],
+        "data_files": shas,
         "format": event_format(params, events_file),
         "num_events": T,
         "num_users": num_users,

@@ -511,12 +511,14 @@ def build_table(params: TableParams) -> Any:
     """The user's table as a fixed-context instance (built once per process and file content)."""
     file = Path(params.path).expanduser()
     content = file_sha256(file) if file.is_file() else "missing"
-    return memoised(
+    instance = memoised(
         f"table {content} {params.model_dump_json()}",
         lambda: classification_instance(
             load_table(file, params.label, params.header), params, f"table_{file.name}"
         ),
     )
+    instance.info["data_files"] = {str(file): content}
+    return instance
 
 
 #: The registry's builders (a ``DataError`` is a ``FedbanditError``: the command line reports it).

@@ -74,7 +74,7 @@ from fedbandit.flower.secure_aggregation import (
     unwrap_request,
 )
 from fedbandit.flower.submission import ERROR_MARK
-from fedbandit.instances import Instance
+from fedbandit.instances import Instance, data_files
 from fedbandit.registry import build_instance
 from fedbandit.simulation import SeedResult, build_federation, build_server
 
@@ -594,7 +594,8 @@ def _write_result(job: FlowerJob, context: Context, seconds: float) -> SeedResul
     from fedbandit.results.files import seed_files  # pandas: the ServerApp's end only
 
     outcome = job.results.pop()
-    result = SeedResult.of(job.algorithm, job.entropy, outcome, seconds)
+    files_read = data_files(_instance_of(job))
+    result = SeedResult.of(job.algorithm, job.entropy, outcome, seconds, data_files=files_read)
     files = {
         **latency_file(job.algorithm, job.spec.seed, job.timings),
         **seed_files(job.config, job.spec.seed, result),

@@ -16,6 +16,7 @@ from fedbandit.federation.runtime import FederationResult
 from fedbandit.flower.internals import simulation_poll, simulation_stop
 from fedbandit.flower.job import FlowerJob
 from fedbandit.flower.processes import FLOWER_ENVIRONMENT
+from fedbandit.instances import data_files
 from fedbandit.registry import build_instance
 from fedbandit.runspec import RunSpec
 from fedbandit.simulation import SeedResult
@@ -63,14 +64,16 @@ def simulate_flower_seeds(
 
     simulation_poll.install()
     simulation_stop.install()  # a Ctrl-C during a round: the worker threads end before Ray
-    num_clients = build_instance(first.experiment.instance).num_clients
+    instance = build_instance(first.experiment.instance)
+    num_clients, files = instance.num_clients, data_files(instance)
     nodes = first.options.nodes or min(4, num_clients)
     if not 1 <= nodes <= num_clients:
         raise ConfigError(f"--nodes must lie in [1, {num_clients}] (the clients), got {nodes}")
     jobs = [FlowerJob(spec, num_nodes=nodes) for spec in specs]
 
     def seed_done(job: FlowerJob, outcome: FederationResult, seconds: float) -> bool:
-        return on_seed(job.spec, SeedResult.of(job.algorithm, job.entropy, outcome, seconds))
+        result = SeedResult.of(job.algorithm, job.entropy, outcome, seconds, data_files=files)
+        return on_seed(job.spec, result)
 
     stop = threading.Event()
     # Ray's socket paths must stay short: a private folder under the system temp dir.

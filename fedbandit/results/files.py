@@ -106,7 +106,7 @@ def seed_files(
             "pulls": result.regret.client_pulls,
         }
     )
-    info = {
+    info: dict[str, Any] = {
         "algorithm": algorithm,
         "seed": seed,
         "seconds": result.seconds,
@@ -118,6 +118,8 @@ def seed_files(
         "dropped": {str(client): round_ for client, round_ in result.dropped.items()},
         "clients_reported": len(result.regret.client_ids),
     }
+    if result.data_files:
+        info["data_files"] = dict(result.data_files)
     if result.report:
         info["report"] = dict(result.report)
     regret = pd.DataFrame({"t": grid, "regret": curve[grid - 1]})

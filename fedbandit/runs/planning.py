@@ -17,7 +17,7 @@ from fedbandit.config import ExperimentConfig
 from fedbandit.errors import ConfigError
 from fedbandit.flower.seeds import wait_for_secure_nodes
 from fedbandit.flower.submission import Submission
-from fedbandit.instances import Instance
+from fedbandit.instances import Instance, data_files
 from fedbandit.registry import algorithms as registered_algorithms
 from fedbandit.resources import estimate_memory, task_seconds
 from fedbandit.results.files import (
@@ -125,6 +125,123 @@ def say_rough_time(
         )
 
 
+def recorded_data_files(manifest: dict[str, Any]) -> dict[str, str]:
+    """The data files (path -> SHA-256) a folder's manifest records for its seeds: its
+    ``data_files``, else (a folder made before fedbandit recorded them) the hashes of the
+    instance summary (``events_sha256``, ``features_sha256``, ``data_sha256``)."""
+    if isinstance(manifest.get("data_files"), dict):
+        return dict(manifest["data_files"])
+    summary = manifest.get("instance") or {}
+    found: dict[str, str] = {}
+    for path_key, sha_key in LEGACY_HASHES:
+        paths, shas = summary.get(path_key), summary.get(sha_key)
+        if isinstance(paths, str) and isinstance(shas, str):
+            found[paths] = shas
+        elif isinstance(paths, list) and isinstance(shas, list) and len(paths) == len(shas):
+            found.update(zip(map(str, paths), map(str, shas), strict=True))
+    return found
+
+
+#: Where instance summaries recorded a data file's path and hash before ``data_files``.
+LEGACY_HASHES = (
+    ("events_file", "events_sha256"),
+    ("features_file", "features_sha256"),
+    ("source", "data_sha256"),
+    ("files", "data_sha256"),
+)
+
+
+def _refuse_other_data(
+    run_dir: Path, recorded: dict[str, str], current: dict[str, str], who: str
+) -> None:
+    """A folder holds the results of one set of data files: refuse data that differs from what
+    ``who`` read (the path, the hash recorded and the hash now)."""
+    for path, sha in recorded.items():
+        now = current.get(path)
+        if now == sha:
+            continue
+        if now is None:
+            reads = ", ".join(current) or "no data file"
+            raise ConfigError(
+                f"{run_dir}: {who} read the data file {path} (sha256 {sha}), this run reads "
+                f"{reads}; a results folder holds the results of one data file: choose another "
+                "--out"
+            )
+        raise ConfigError(
+            f"{run_dir}: the data file {path} has changed since {who} read it (sha256 {sha} "
+            f"recorded, {now} now); a results folder holds the results of one data file: "
+            "choose another --out (or restore the file)"
+        )
+
+
+def check_data_files(run_dir: Path, manifest: dict[str, Any], current: dict[str, str]) -> None:
+    """Refuse to resume ``run_dir`` on data files other than those its manifest and every seed
+    it holds recorded (``current``: what this run reads, path -> SHA-256)."""
+    _refuse_other_data(run_dir, recorded_data_files(manifest), current, "the folder's first run")
+    for path in sorted((run_dir / "runs").glob("*/seed_*.json")):
+        try:
+            recorded = read_json(path).get("data_files")
+        except (OSError, ValueError):
+            continue  # not a seed's record: summarize reports it
+        if isinstance(recorded, dict):
+            who = f"{path.parent.name}/{path.stem}"
+            _refuse_other_data(run_dir, recorded, current, who)
+
+
+def check_run_folder(
+    config: ExperimentConfig,
+    run_dir: Path,
+    options: RuntimeOptions,
+    instance: Instance,
+    other_seeds: bool = False,
+) -> dict[str, Any] | None:
+    """The refusals of ``prepare_run_folder``, nothing written: a folder of a different
+    configuration, runtime options that change results, other data files than its seeds read,
+    or fewer seeds than it holds finished. Returns the folder's manifest (None: a new folder)."""
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.exists():
+        return None
+    current = config_dict(config)
+    manifest: dict[str, Any] = read_json(manifest_path)
+    stored = manifest.get("config", {})
+    differs = {
+        k for k in set(stored) | set(current) if k != "seeds" and stored.get(k) != current.get(k)
+    }
+    if differs:
+        raise ConfigError(
+            f"{run_dir} holds a run of a different configuration (keys differing: "
+            f"{', '.join(sorted(differs))}); choose another --out"
+        )
+    stored_options = manifest.get("runtime_options", {})
+    changed = {
+        key: (stored_options[key], value)
+        for key, value in options.identity().items()
+        if key in stored_options and stored_options[key] != value
+    }
+    if changed:
+        described = ", ".join(
+            f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items()
+        )
+        raise ConfigError(
+            f"{run_dir} was run with other runtime options ({described}); resume it with "
+            "the same options or choose another --out"
+        )
+    check_data_files(run_dir, manifest, data_files(instance))
+    finished = [
+        f"{a}/seed_{s}"
+        for a in config.algorithms
+        for s in manifest.get("seeds", [])
+        if s >= config.seeds and seed_done(run_dir, a, s)
+    ]
+    if finished and not other_seeds:
+        raise ConfigError(
+            f"{run_dir} holds finished seeds beyond the {config.seeds} asked for "
+            f"({', '.join(finished[:3])}{', ...' if len(finished) > 3 else ''}); resume "
+            f"with --seeds {len(manifest.get('seeds', []))} or choose another --out"
+        )
+    return manifest
+
+
 def prepare_run_folder(
     config: ExperimentConfig,
     run_dir: Path,
@@ -134,54 +251,21 @@ def prepare_run_folder(
     other_seeds: bool = False,
     seeds: list[int] | None = None,
 ) -> dict[str, Any]:
-    """Create or reopen the run folder; refuses to mix two different experiments, or runtime
-    options that change results, in one folder (the differing keys are named), and refuses to
-    resume with fewer seeds than the folder holds finished (their files would be ignored)."""
+    """Create or reopen the run folder; refuses (``check_run_folder``, before anything is
+    written) to mix two different experiments, runtime options that change results, or two
+    versions of a data file in one folder (the differing keys or the file are named), and to
+    resume with fewer seeds than the folder holds finished (their files would be ignored). The
+    manifest's ``data_files`` are those of the folder's first run, never rewritten."""
     config_path = run_dir / "config.toml"
     manifest_path = run_dir / "manifest.json"
     current = config_dict(config)
-    if manifest_path.exists():
-        manifest = read_json(manifest_path)
-        stored = manifest.get("config", {})
-        differs = {
-            k
-            for k in set(stored) | set(current)
-            if k != "seeds" and stored.get(k) != current.get(k)
-        }
-        if differs:
-            raise ConfigError(
-                f"{run_dir} holds a run of a different configuration (keys differing: "
-                f"{', '.join(sorted(differs))}); choose another --out"
-            )
-        stored_options = manifest.get("runtime_options", {})
-        changed = {
-            key: (stored_options[key], value)
-            for key, value in options.identity().items()
-            if key in stored_options and stored_options[key] != value
-        }
-        if changed:
-            described = ", ".join(
-                f"{k}: {old!r} there, {new!r} now" for k, (old, new) in changed.items()
-            )
-            raise ConfigError(
-                f"{run_dir} was run with other runtime options ({described}); resume it with "
-                "the same options or choose another --out"
-            )
-        finished = [
-            f"{a}/seed_{s}"
-            for a in config.algorithms
-            for s in manifest.get("seeds", [])
-            if s >= config.seeds and seed_done(run_dir, a, s)
-        ]
-        if finished and not other_seeds:
-            raise ConfigError(
-                f"{run_dir} holds finished seeds beyond the {config.seeds} asked for "
-                f"({', '.join(finished[:3])}{', ...' if len(finished) > 3 else ''}); resume "
-                f"with --seeds {len(manifest.get('seeds', []))} or choose another --out"
-            )
+    stored = check_run_folder(config, run_dir, options, instance, other_seeds)
+    if stored is not None:
+        manifest = stored
         remove_stale_temporaries(run_dir)
     else:
         manifest = {"created": dt.datetime.now().isoformat(timespec="seconds")}
+    manifest.setdefault("data_files", data_files(instance))
     manifest.update(
         {
             "experiment": config.name,

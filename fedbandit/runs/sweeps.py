@@ -28,6 +28,7 @@ from fedbandit.runs.execution import run_tasks
 from fedbandit.runs.planning import (
     check_memory,
     check_out_dir,
+    check_run_folder,
     preflight,
     prepare_run_folder,
 )
@@ -75,6 +76,8 @@ def run_sweep(
     check_out_dir(out_dir)
     sweep_path = out_dir / "sweep.json"
     sweep_manifest = _sweep_manifest(config, points, sweep_path)
+    for point, point_config, instance in prepared:  # every refusal before anything is written
+        check_run_folder(point_config, out_dir / "points" / point.id, options, instance, True)
     atomic_write_json(sweep_path, sweep_manifest)
     tasks: list[tuple[RunSpec, Path]] = []
     for point, point_config, instance in prepared:
