@@ -42,6 +42,7 @@ from fedbandit.registry import build_instance
 from fedbandit.results import load_results
 from fedbandit.results.replay import hit_curve
 from fedbandit.runner import run_experiment
+from fedbandit.runs.report import summary_table
 from fedbandit.runspec import RuntimeOptions
 from fedbandit.simulation import SeedResult, build_federation, simulate
 
@@ -406,6 +407,9 @@ def test_dislinucb_gives_the_authors_rewards_and_communication(tmp_path, width):
     empty = sum(len(known - with_data) for _, known, with_data in syncs)
     last = len(syncs[-1][1]) if syncs[-1][0] == 399 else 0
     assert authors_total == up + down + size * (empty + last)
+    # the authors' units, counted by our server (``report``): the script's totalCommCost exactly
+    assert result.report["authors_comm_cost"] == authors_total > up + down
+    assert "lib/DisLinUCB.py" in result.report["authors_comm_cost_rule"]
 
 
 def test_the_dislinucb_comparison_fails_on_a_changed_rule(tmp_path):
@@ -620,6 +624,21 @@ def test_results_report_reward_random_reward_and_their_ratio(files, tmp_path):
         )
         assert entry["hit_rate_mean"] == pytest.approx(entry["final_reward_mean"] / 150)
     assert summary["dislinucb"]["reward_ratio_mean"] > 2  # the learners beat random choice
+    # the authors' units: the seeds' reports, averaged, beside our own scalars; in the table's note
+    seeds = [
+        json.loads((out / "runs" / "dislinucb" / f"seed_{s}.json").read_text()) for s in (0, 1)
+    ]
+    costs = [seed["report"]["authors_comm_cost"] for seed in seeds]
+    assert costs[0] > 0 and summary["dislinucb"]["authors_comm_cost"] == sum(costs) / 2
+    assert (
+        summary["dislinucb"]["authors_comm_cost_rule"]
+        == seeds[0]["report"]["authors_comm_cost_rule"]
+    )
+    assert "authors_comm_cost" not in summary["fedigw"]
+    table = summary_table(summary)
+    shown = f"{summary['dislinucb']['authors_comm_cost']:,.0f}"
+    assert "authors' units: totalCommCost of the authors' code" in table
+    assert f"dislinucb {shown}" in table and "fedigw " not in table.splitlines()[-1]
     assert "misses" in summary["units"]["final_regret"]
     curve = pd.read_csv(out / "runs" / "dislinucb" / "seed_0.regret.csv")
     assert list(curve.columns) == ["t", "regret", "reward"]
@@ -998,8 +1017,6 @@ def test_preprocessing_errors_are_one_line(tmp_path, capsys):
 
 
 def test_the_terminal_table_reports_a_replays_reward_and_its_ratio():
-    from fedbandit.runs.report import summary_table
-
     entry = {
         "final_regret_mean": 26.88,
         "final_regret_ci95": None,

@@ -87,6 +87,12 @@ from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clien
 
 Fidelity = Literal["paper", "authors_code"]
 
+#: The authors' ``totalCommCost`` rule per protocol, as the seed's report names it.
+AUTHORS_RULES = {
+    "dislinucb": "cyrilli/FedGLB-UCB lib/DisLinUCB.py: d^2 + d + 1 scalars per client reached, "
+    "up and down, per sync",
+}
+
 
 class FidelityParams(RidgeParams):
     """``fidelity``: ``"paper"`` (default): the papers' rules with our decision rule (the OFUL
@@ -436,6 +442,9 @@ class FederatedRidgeServerBase(ServerLogic):
         #: the global statistics (sent with every download).
         self.registered = np.zeros(M, dtype=bool)
         self.count = np.zeros(G, dtype=np.int64)
+        #: The authors' ``totalCommCost`` of this run, by the protocol's rule in the authors'
+        #: units (``authors_comm_cost``); counted by DisLinUCB and Async-LinUCB.
+        self.authors_comm = 0
 
     def configure(self) -> Message | None:
         ids = self.clients
@@ -607,6 +616,24 @@ class DisLinUCBServer(FederatedRidgeServerBase):
         # authors_code: a sync reaches the clients that have pulled (``self.clients`` of
         # SyncLinUCB); the paper's every agent.
         self.download[:] = self.registered if self.authors_code else True
+        reached = np.count_nonzero(self.download[self.clients])
+        d = self.spec.dim
+        self.authors_comm += 2 * (d * d + d + 1) * reached
+
+    def report(self) -> dict[str, Any]:
+        """The authors' ``totalCommCost`` (``authors_comm_cost``), for one shared model:
+        ``cyrilli/FedGLB-UCB``'s ``lib/DisLinUCB.py`` (``updateParameters``) adds d^2 + d + 1
+        scalars per client it knows for the upload and again for the download of every sync,
+        so cost = sum over syncs of 2 (d^2 + d + 1) m_s, m_s the clients the sync reaches (those
+        that have pulled with ``authors_code``, every client in the paper mode); counted when
+        the sync is decided, a sync after the last step included. Ours counts an upload only
+        from a client with data, and a download only when it is sent (``*_scalars``)."""
+        if self.gram.shape[0] != 1:
+            return {}
+        return {
+            "authors_comm_cost": self.authors_comm,
+            "authors_comm_cost_rule": AUTHORS_RULES["dislinucb"],
+        }
 
 
 class DeterminantRatioClient(FederatedRidgeClientBase):
