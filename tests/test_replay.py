@@ -447,7 +447,11 @@ def authors_fedglb_ucb(
     mode's federation). ``projection = "simplex"``: the code's QP onto the simplex
     (``authors_qp_projection``); ``"ball"``: our paper mode's change, ||theta|| <= S
     (``project_to_ball``). With a fixed alpha the confidence parts never enter a decision: left
-    out. Returns the rewards, the sync steps, the AGD iterations per sync and the picks."""
+    out. ``totalCommCost`` as the code counts it: d^2 + 1 per client other than the triggering
+    one at the collect, ``iter`` (the AGD loop's last index) (clients - 1) 2 d, and d^2 + d + 1
+    per client at the download if ``clientID`` (left by the collect loop: the last client
+    created) is not the triggering one. Returns the rewards, the sync steps, the AGD iterations
+    per sync, the picks and the ``totalCommCost``."""
     from fedbandit.algorithms.glm_ucb import project_to_ball
 
     S, max_iters = 1.0, 1000
@@ -455,6 +459,7 @@ def authors_fedglb_ucb(
     clients: dict[int, dict] = {}
     A_g, theta_global, n_g = None, None, 0
     rewards, syncs, iterations, arms = [], [], [], []
+    total = 0
     ties = np.random.default_rng(0)
     for step, (user, chosen, ids, arm_matrix) in enumerate(authors_events(folder)):
         d = arm_matrix.shape[1]
@@ -497,7 +502,9 @@ def authors_fedglb_ucb(
             c["ridge"] = np.dot(c["AInv"], c["b"])
             continue
         syncs.append(step)
-        for model in clients.values():
+        for client_id, model in clients.items():
+            if client_id != user:
+                total += d * d + 1
             A_g += model["A_buf"]
             n_g += model["n_buf"]
             model["A_buf"], model["n_buf"] = np.zeros((d, d)), 0
@@ -505,7 +512,7 @@ def authors_fedglb_ucb(
         lambda_prev, lambda_curr, gamma, y_prev = 0, 1, 1, x_agd
         step_size = 1 / (0.25 + lam / n_g) * 0.1
         done = 0
-        for _ in range(max_iters):
+        for iteration in range(max_iters):  # noqa: B007 (read after the loop, as the code's iter)
             gradient = np.zeros(d)
             for model in clients.values():
                 zz = np.dot(model["X"], x_agd)
@@ -523,16 +530,19 @@ def authors_fedglb_ucb(
             lambda_prev = lambda_tmp
             gamma = (1 - lambda_prev) / lambda_curr
         iterations.append(done)
+        total += iteration * (len(clients) - 1) * 2 * d
         b_g = np.dot(A_g - shift, x_agd)
         AInv_g = np.linalg.inv(A_g)
         theta_global = x_agd
         for model in clients.values():
+            if client_id != user:  # the collect loop's last client_id, as the code's clientID
+                total += d * d + d + 1
             model["A"] = A_g - shift
             model["b"] = b_g.copy()
             model["AInv"] = AInv_g.copy()
             model["ridge"] = np.dot(AInv_g, b_g)
             model["ONS"] = x_agd.copy()
-    return rewards, syncs, iterations, arms
+    return rewards, syncs, iterations, arms, total
 
 
 @pytest.mark.parametrize(
@@ -548,7 +558,9 @@ def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(
     T = size["events"]
     instance = build_replay(params(folder, shuffle_pools=False))
     users = [int(u) for u in instance.users] if fidelity == "paper" else None
-    rewards, syncs, iterations, arms = authors_fedglb_ucb(folder, users, projection=projection)
+    rewards, syncs, iterations, arms, authors_total = authors_fedglb_ucb(
+        folder, users, projection=projection
+    )
     hyper = {
         "regularization": 0.2, "delta": 0.01, "width": 0.3, "threshold": 2.0,
         "warm_start": True, "max_iterations": 1000, "fidelity": fidelity,
@@ -576,6 +588,9 @@ def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(
     hits = hit_curve(outcome.regret, T)
     assert np.diff(hits, prepend=0).astype(int).tolist() == rewards
     assert ours_syncs == syncs and ours_iterations == iterations
+    # the authors' units, counted by our server (``report``): the code's totalCommCost exactly
+    assert outcome.report["authors_comm_cost"] == authors_total
+    assert "lib/FedGLB_UCB.py" in outcome.report["authors_comm_cost_rule"]
     assert len(syncs) >= 5 and max(iterations) > 5 and 10 < sum(rewards) < T
     if (
         fidelity == "authors_code"
