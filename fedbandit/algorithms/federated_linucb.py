@@ -91,6 +91,8 @@ Fidelity = Literal["paper", "authors_code"]
 AUTHORS_RULES = {
     "dislinucb": "cyrilli/FedGLB-UCB lib/DisLinUCB.py: d^2 + d + 1 scalars per client reached, "
     "up and down, per sync",
+    "async_linucb": "cyrilli/Async-LinUCB lib/AsyncLinUCB.py: 1 per upload, 1 per download "
+    "(messages, not scalars)",
 }
 
 
@@ -716,7 +718,21 @@ class AsyncLinUCBServer(FederatedRidgeServerBase):
         # authors_code: only clients that have pulled are checked (``AsyncLinUCB.clients``); a
         # client's buffer holds every other upload until then, as the authors' buffer starts as
         # the aggregate at registration.
-        self.download[ids] |= push & self.registered[ids] if self.authors_code else push
+        pushed = push & self.registered[ids] if self.authors_code else push
+        self.download[ids] |= pushed
+        self.authors_comm += int(np.count_nonzero(send.any(axis=1)) + np.count_nonzero(pushed))
+
+    def report(self) -> dict[str, Any]:
+        """The authors' ``totalCommCost`` (``authors_comm_cost``; ``cyrilli/Async-LinUCB``,
+        ``lib/AsyncLinUCB.py``, ``updateParameters``), for one shared model: it adds 1 per
+        upload and 1 per download it triggers, a count of messages whatever their size; counted
+        when decided, a download decided after the last step included."""
+        if self.gram.shape[0] != 1:
+            return {}
+        return {
+            "authors_comm_cost": self.authors_comm,
+            "authors_comm_cost_rule": AUTHORS_RULES["async_linucb"],
+        }
 
 
 class FedLinUCBClient(FederatedRidgeClientBase):
