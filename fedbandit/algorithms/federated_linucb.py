@@ -618,7 +618,7 @@ class DisLinUCBServer(FederatedRidgeServerBase):
         # authors_code: a sync reaches the clients that have pulled (``self.clients`` of
         # SyncLinUCB); the paper's every agent.
         self.download[:] = self.registered if self.authors_code else True
-        reached = np.count_nonzero(self.download[self.clients])
+        reached = int(np.count_nonzero(self.download[self.clients]))
         d = self.spec.dim
         self.authors_comm += 2 * (d * d + d + 1) * reached
 
