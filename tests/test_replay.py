@@ -6,7 +6,8 @@ generated files of the authors' formats (never real data).
 - the authors' replay loop (``cyrilli/FedGLB-UCB``, ``RunRealworldDataset.py``, with
   ``lib/DisLinUCB.py`` and ``lib/FedGLB_UCB.py``), transcribed in plain Python below, gives the
   rewards and communication of our ``dislinucb`` (``fidelity = "authors_code"``) and the rewards,
-  syncs and AGD iterations of our ``fedglb_ucb``;
+  syncs and AGD iterations of our ``fedglb_ucb``; both servers' ``authors_comm_cost`` is the
+  loop's ``totalCommCost``;
 - ``getProcessedEvents.py`` and ``getMovieLensArmFeature.py`` transcribed line by line below give
   the event lines and features of ``fedbandit.datasets.movielens20m`` on a generated miniature of
   the raw files;

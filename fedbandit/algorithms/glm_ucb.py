@@ -50,10 +50,12 @@ Where ours differs from the code:
   ``tests/test_glm_ucb.py`` against a transcription of the code's loop), and with
   ``fidelity = "authors_code"`` those of the code as it is, clients created at their first pull
   (below);
-- communication is counted from the messages: the code counts d^2 + 1 per client per collect,
-  2 d per client and AGD iteration (leaving out the triggering client and the last iteration) and
-  d^2 + d + 1 per client per download; ours counts every message, the trigger bits, ``finish``
-  and the one-scalar ``collect`` request.
+- communication is counted from the messages: ours counts every message, the trigger bits,
+  ``finish`` and the one-scalar ``collect`` request. The code's ``totalCommCost`` (d^2 + 1 per
+  client per collect and 2 d per client and AGD iteration, leaving out the triggering client and
+  the last iteration, and d^2 + d + 1 per client per download unless its stale ``clientID`` is
+  the triggering client) is reported beside it as ``authors_comm_cost``
+  (``FedGLBServer.report``).
 
 ``fidelity = "authors_code"`` (``fedglb_ucb``): the code's joining rule. Its server creates a
 client at the client's first ``decide`` (``self.clients``), and a global update collects from,
