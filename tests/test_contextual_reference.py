@@ -85,9 +85,9 @@ def _run_ours(algorithm: str, params: dict, group_size: int | None = None):
         def __getattr__(self, name):
             return getattr(runtime, name)
 
-    run_federation(server, Recording())
+    outcome = run_federation(server, Recording())
     assert sorted(steps) == list(range(T))
-    return instance, steps, uploads, downloads
+    return instance, steps, uploads, downloads, outcome.report, algorithm
 
 
 def _ucb_arm(gram: np.ndarray, target: np.ndarray, contexts: np.ndarray) -> int:
@@ -117,7 +117,7 @@ def _reward(instance, step: dict, arm: int) -> float:
 
 
 def _compare(ours, reference):
-    _, steps, uploads, downloads = ours
+    _, steps, uploads, downloads, report, algorithm = ours
     arms, ref_uploads, ref_downloads = reference
     assert [steps[s]["arm"] for s in range(T)] == arms
     assert {s: u for s, u in uploads.items() if u} == {s: u for s, u in ref_uploads.items() if u}
@@ -127,6 +127,25 @@ def _compare(ours, reference):
     assert ours_down == ref_down
     assert sum(len(u) for u in uploads.values()) > 3  # the test exercises the rule
     assert sum(len(d) for d in ours_down.values()) > 3
+    # the authors' totalCommCost, from the reference's events by the authors' rule
+    up_events = sum(len(u) for u in ref_uploads.values())
+    down_events = sum(len(d) for d in ref_downloads.values())
+    if algorithm in AUTHORS_COMM_COST:
+        expected = AUTHORS_COMM_COST[algorithm](up_events, down_events)
+        assert report["authors_comm_cost"] == expected
+    else:
+        assert "authors_comm_cost" not in report
+
+
+#: The authors' totalCommCost from the uploads and downloads of their loop: DisLinUCB
+#: (``cyrilli/FedGLB-UCB``, ``lib/DisLinUCB.py``) d^2 + d + 1 per client reached, up and down,
+#: per sync (every download is a sync's, to every client reached); Async-LinUCB
+#: (``lib/AsyncLinUCB.py``) 1 per upload and per download. FedLinUCB's script counts no such
+#: total: no report.
+AUTHORS_COMM_COST = {
+    "dislinucb": lambda up, down: 2 * (D_DIM**2 + D_DIM + 1) * down,
+    "async_linucb": lambda up, down: up + down,
+}
 
 
 def _dislinucb_reference(instance, steps, threshold):

@@ -6,7 +6,8 @@ generated files of the authors' formats (never real data).
 - the authors' replay loop (``cyrilli/FedGLB-UCB``, ``RunRealworldDataset.py``, with
   ``lib/DisLinUCB.py`` and ``lib/FedGLB_UCB.py``), transcribed in plain Python below, gives the
   rewards and communication of our ``dislinucb`` (``fidelity = "authors_code"``) and the rewards,
-  syncs and AGD iterations of our ``fedglb_ucb``;
+  syncs and AGD iterations of our ``fedglb_ucb``; both servers' ``authors_comm_cost`` is the
+  loop's ``totalCommCost``;
 - ``getProcessedEvents.py`` and ``getMovieLensArmFeature.py`` transcribed line by line below give
   the event lines and features of ``fedbandit.datasets.movielens20m`` on a generated miniature of
   the raw files;
@@ -42,6 +43,7 @@ from fedbandit.registry import build_instance
 from fedbandit.results import load_results
 from fedbandit.results.replay import hit_curve
 from fedbandit.runner import run_experiment
+from fedbandit.runs.report import summary_table
 from fedbandit.runspec import RuntimeOptions
 from fedbandit.simulation import SeedResult, build_federation, simulate
 
@@ -406,6 +408,9 @@ def test_dislinucb_gives_the_authors_rewards_and_communication(tmp_path, width):
     empty = sum(len(known - with_data) for _, known, with_data in syncs)
     last = len(syncs[-1][1]) if syncs[-1][0] == 399 else 0
     assert authors_total == up + down + size * (empty + last)
+    # the authors' units, counted by our server (``report``): the script's totalCommCost exactly
+    assert result.report["authors_comm_cost"] == authors_total > up + down
+    assert "lib/DisLinUCB.py" in result.report["authors_comm_cost_rule"]
 
 
 def test_the_dislinucb_comparison_fails_on_a_changed_rule(tmp_path):
@@ -443,7 +448,11 @@ def authors_fedglb_ucb(
     mode's federation). ``projection = "simplex"``: the code's QP onto the simplex
     (``authors_qp_projection``); ``"ball"``: our paper mode's change, ||theta|| <= S
     (``project_to_ball``). With a fixed alpha the confidence parts never enter a decision: left
-    out. Returns the rewards, the sync steps, the AGD iterations per sync and the picks."""
+    out. ``totalCommCost`` as the code counts it: d^2 + 1 per client other than the triggering
+    one at the collect, ``iter`` (the AGD loop's last index) (clients - 1) 2 d, and d^2 + d + 1
+    per client at the download if ``clientID`` (left by the collect loop: the last client
+    created) is not the triggering one. Returns the rewards, the sync steps, the AGD iterations
+    per sync, the picks and the ``totalCommCost``."""
     from fedbandit.algorithms.glm_ucb import project_to_ball
 
     S, max_iters = 1.0, 1000
@@ -451,6 +460,7 @@ def authors_fedglb_ucb(
     clients: dict[int, dict] = {}
     A_g, theta_global, n_g = None, None, 0
     rewards, syncs, iterations, arms = [], [], [], []
+    total = 0
     ties = np.random.default_rng(0)
     for step, (user, chosen, ids, arm_matrix) in enumerate(authors_events(folder)):
         d = arm_matrix.shape[1]
@@ -493,7 +503,9 @@ def authors_fedglb_ucb(
             c["ridge"] = np.dot(c["AInv"], c["b"])
             continue
         syncs.append(step)
-        for model in clients.values():
+        for client_id, model in clients.items():
+            if client_id != user:
+                total += d * d + 1
             A_g += model["A_buf"]
             n_g += model["n_buf"]
             model["A_buf"], model["n_buf"] = np.zeros((d, d)), 0
@@ -501,7 +513,7 @@ def authors_fedglb_ucb(
         lambda_prev, lambda_curr, gamma, y_prev = 0, 1, 1, x_agd
         step_size = 1 / (0.25 + lam / n_g) * 0.1
         done = 0
-        for _ in range(max_iters):
+        for iteration in range(max_iters):  # noqa: B007 (read after the loop, as the code's iter)
             gradient = np.zeros(d)
             for model in clients.values():
                 zz = np.dot(model["X"], x_agd)
@@ -519,16 +531,19 @@ def authors_fedglb_ucb(
             lambda_prev = lambda_tmp
             gamma = (1 - lambda_prev) / lambda_curr
         iterations.append(done)
+        total += iteration * (len(clients) - 1) * 2 * d
         b_g = np.dot(A_g - shift, x_agd)
         AInv_g = np.linalg.inv(A_g)
         theta_global = x_agd
         for model in clients.values():
+            if client_id != user:  # the collect loop's last client_id, as the code's clientID
+                total += d * d + d + 1
             model["A"] = A_g - shift
             model["b"] = b_g.copy()
             model["AInv"] = AInv_g.copy()
             model["ridge"] = np.dot(AInv_g, b_g)
             model["ONS"] = x_agd.copy()
-    return rewards, syncs, iterations, arms
+    return rewards, syncs, iterations, arms, total
 
 
 @pytest.mark.parametrize(
@@ -544,7 +559,9 @@ def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(
     T = size["events"]
     instance = build_replay(params(folder, shuffle_pools=False))
     users = [int(u) for u in instance.users] if fidelity == "paper" else None
-    rewards, syncs, iterations, arms = authors_fedglb_ucb(folder, users, projection=projection)
+    rewards, syncs, iterations, arms, authors_total = authors_fedglb_ucb(
+        folder, users, projection=projection
+    )
     hyper = {
         "regularization": 0.2, "delta": 0.01, "width": 0.3, "threshold": 2.0,
         "warm_start": True, "max_iterations": 1000, "fidelity": fidelity,
@@ -572,6 +589,9 @@ def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(
     hits = hit_curve(outcome.regret, T)
     assert np.diff(hits, prepend=0).astype(int).tolist() == rewards
     assert ours_syncs == syncs and ours_iterations == iterations
+    # the authors' units, counted by our server (``report``): the code's totalCommCost exactly
+    assert outcome.report["authors_comm_cost"] == authors_total
+    assert "lib/FedGLB_UCB.py" in outcome.report["authors_comm_cost_rule"]
     assert len(syncs) >= 5 and max(iterations) > 5 and 10 < sum(rewards) < T
     if (
         fidelity == "authors_code"
@@ -620,6 +640,21 @@ def test_results_report_reward_random_reward_and_their_ratio(files, tmp_path):
         )
         assert entry["hit_rate_mean"] == pytest.approx(entry["final_reward_mean"] / 150)
     assert summary["dislinucb"]["reward_ratio_mean"] > 2  # the learners beat random choice
+    # the authors' units: the seeds' reports, averaged, beside our own scalars; in the table's note
+    seeds = [
+        json.loads((out / "runs" / "dislinucb" / f"seed_{s}.json").read_text()) for s in (0, 1)
+    ]
+    costs = [seed["report"]["authors_comm_cost"] for seed in seeds]
+    assert costs[0] > 0 and summary["dislinucb"]["authors_comm_cost"] == sum(costs) / 2
+    assert (
+        summary["dislinucb"]["authors_comm_cost_rule"]
+        == seeds[0]["report"]["authors_comm_cost_rule"]
+    )
+    assert "authors_comm_cost" not in summary["fedigw"]
+    table = summary_table(summary)
+    shown = f"{summary['dislinucb']['authors_comm_cost']:,.0f}"
+    assert "authors' units: totalCommCost of the authors' code" in table
+    assert f"dislinucb {shown}" in table and "fedigw " not in table.splitlines()[-1]
     assert "misses" in summary["units"]["final_regret"]
     curve = pd.read_csv(out / "runs" / "dislinucb" / "seed_0.regret.csv")
     assert list(curve.columns) == ["t", "regret", "reward"]
@@ -998,8 +1033,6 @@ def test_preprocessing_errors_are_one_line(tmp_path, capsys):
 
 
 def test_the_terminal_table_reports_a_replays_reward_and_its_ratio():
-    from fedbandit.runs.report import summary_table
-
     entry = {
         "final_regret_mean": 26.88,
         "final_regret_ci95": None,

@@ -87,6 +87,14 @@ from fedbandit.federation.protocol import ClientLogic, ServerLogic, remove_clien
 
 Fidelity = Literal["paper", "authors_code"]
 
+#: The authors' ``totalCommCost`` rule per protocol, as the seed's report names it.
+AUTHORS_RULES = {
+    "dislinucb": "cyrilli/FedGLB-UCB lib/DisLinUCB.py: d^2 + d + 1 scalars per client reached, "
+    "up and down, per sync",
+    "async_linucb": "cyrilli/Async-LinUCB lib/AsyncLinUCB.py: 1 per upload, 1 per download "
+    "(messages, not scalars)",
+}
+
 
 class FidelityParams(RidgeParams):
     """``fidelity``: ``"paper"`` (default): the papers' rules with our decision rule (the OFUL
@@ -436,6 +444,9 @@ class FederatedRidgeServerBase(ServerLogic):
         #: the global statistics (sent with every download).
         self.registered = np.zeros(M, dtype=bool)
         self.count = np.zeros(G, dtype=np.int64)
+        #: The authors' ``totalCommCost`` of this run, by the protocol's rule in the authors'
+        #: units (``authors_comm_cost``); counted by DisLinUCB and Async-LinUCB.
+        self.authors_comm = 0
 
     def configure(self) -> Message | None:
         ids = self.clients
@@ -607,6 +618,24 @@ class DisLinUCBServer(FederatedRidgeServerBase):
         # authors_code: a sync reaches the clients that have pulled (``self.clients`` of
         # SyncLinUCB); the paper's every agent.
         self.download[:] = self.registered if self.authors_code else True
+        reached = int(np.count_nonzero(self.download[self.clients]))
+        d = self.spec.dim
+        self.authors_comm += 2 * (d * d + d + 1) * reached
+
+    def report(self) -> dict[str, Any]:
+        """The authors' ``totalCommCost`` (``authors_comm_cost``), for one shared model:
+        ``cyrilli/FedGLB-UCB``'s ``lib/DisLinUCB.py`` (``updateParameters``) adds d^2 + d + 1
+        scalars per client it knows for the upload and again for the download of every sync,
+        so cost = sum over syncs of 2 (d^2 + d + 1) m_s, m_s the clients the sync reaches (those
+        that have pulled with ``authors_code``, every client in the paper mode); counted when
+        the sync is decided, a sync after the last step included. Ours counts an upload only
+        from a client with data, and a download only when it is sent (``*_scalars``)."""
+        if self.gram.shape[0] != 1:
+            return {}
+        return {
+            "authors_comm_cost": self.authors_comm,
+            "authors_comm_cost_rule": AUTHORS_RULES["dislinucb"],
+        }
 
 
 class DeterminantRatioClient(FederatedRidgeClientBase):
@@ -689,7 +718,21 @@ class AsyncLinUCBServer(FederatedRidgeServerBase):
         # authors_code: only clients that have pulled are checked (``AsyncLinUCB.clients``); a
         # client's buffer holds every other upload until then, as the authors' buffer starts as
         # the aggregate at registration.
-        self.download[ids] |= push & self.registered[ids] if self.authors_code else push
+        pushed = push & self.registered[ids] if self.authors_code else push
+        self.download[ids] |= pushed
+        self.authors_comm += int(np.count_nonzero(send.any(axis=1)) + np.count_nonzero(pushed))
+
+    def report(self) -> dict[str, Any]:
+        """The authors' ``totalCommCost`` (``authors_comm_cost``; ``cyrilli/Async-LinUCB``,
+        ``lib/AsyncLinUCB.py``, ``updateParameters``), for one shared model: it adds 1 per
+        upload and 1 per download it triggers, a count of messages whatever their size; counted
+        when decided, a download decided after the last step included."""
+        if self.gram.shape[0] != 1:
+            return {}
+        return {
+            "authors_comm_cost": self.authors_comm,
+            "authors_comm_cost_rule": AUTHORS_RULES["async_linucb"],
+        }
 
 
 class FedLinUCBClient(FederatedRidgeClientBase):

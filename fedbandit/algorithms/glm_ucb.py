@@ -50,10 +50,12 @@ Where ours differs from the code:
   ``tests/test_glm_ucb.py`` against a transcription of the code's loop), and with
   ``fidelity = "authors_code"`` those of the code as it is, clients created at their first pull
   (below);
-- communication is counted from the messages: the code counts d^2 + 1 per client per collect,
-  2 d per client and AGD iteration (leaving out the triggering client and the last iteration) and
-  d^2 + d + 1 per client per download; ours counts every message, the trigger bits, ``finish``
-  and the one-scalar ``collect`` request.
+- communication is counted from the messages: ours counts every message, the trigger bits,
+  ``finish`` and the one-scalar ``collect`` request. The code's ``totalCommCost`` (d^2 + 1 per
+  client per collect and 2 d per client and AGD iteration, leaving out the triggering client and
+  the last iteration, and d^2 + d + 1 per client per download unless its stale ``clientID`` is
+  the triggering client) is reported beside it as ``authors_comm_cost``
+  (``FedGLBServer.report``).
 
 ``fidelity = "authors_code"`` (``fedglb_ucb``): the code's joining rule. Its server creates a
 client at the client's first ``decide`` (``self.clients``), and a global update collects from,
@@ -665,6 +667,15 @@ class FedGLBServer(ServerLogic):
         #: measurements for the seed's report
         self.global_updates = 0
         self.agd_iterations = 0
+        #: The authors' ``totalCommCost`` (``report``): the clients in the federation other than
+        #: the triggering ones at the trigger, the gradient exchanges of the update in progress,
+        #: and the client the authors' code created last (the paper mode: the last client id).
+        self.authors_comm = 0
+        self.others = 0
+        self.members = 0
+        self.gradients = 0
+        self.triggered_last = False
+        self.last_created = -1 if self.authors_code else int(spec.client_ids[-1])
 
     def configure(self) -> Message | None:
         ids = self.clients
@@ -715,8 +726,18 @@ class FedGLBServer(ServerLogic):
             if "joined" in reply.fields:
                 joined = np.asarray(reply.fields["joined"], dtype=bool)
                 self.registered[reply.client_ids[joined]] = True
-            if reply.fields["trigger"].any():
+                if joined.any():  # several in one round: in client-id order (ours)
+                    self.last_created = int(reply.client_ids[joined][-1])
+            trigger = np.asarray(reply.fields["trigger"], dtype=bool)
+            if trigger.any():
                 self.stage = "collect"
+                ids = self.clients
+                members = self.registered[ids] if self.authors_code else np.ones(len(ids), bool)
+                self.members = int(np.count_nonzero(members))
+                self.others = int(
+                    np.count_nonzero(members & ~np.isin(ids, reply.client_ids[trigger]))
+                )
+                self.triggered_last = self.last_created in reply.client_ids[trigger]
         elif reply.kind == "upload":
             self._start(reply)
         elif reply.kind == "gradient":
@@ -738,6 +759,9 @@ class FedGLBServer(ServerLogic):
         self.max_iterations = self.params.max_iterations or 2 * self.count
         self.stage = "gradient"
         self.global_updates += 1
+        d = self.spec.dim
+        self.authors_comm += (d * d + 1) * self.others
+        self.gradients = 0
 
     def _descend(self, data_gradient: np.ndarray) -> None:
         """grad f(x) = (sum of the clients' gradients + lambda x) / n; stop when ||grad f|| <=
@@ -746,6 +770,7 @@ class FedGLBServer(ServerLogic):
         self.gradient_sum = data_gradient + lam * self.iterate
         gradient = self.gradient_sum / n
         self.agd_iterations += 1
+        self.gradients += 1
         if np.linalg.norm(gradient) <= math.sqrt(2 * lam / n**3):
             self.stage = "finish"
             return
@@ -764,10 +789,35 @@ class FedGLBServer(ServerLogic):
         self.point = self.iterate.copy()
         self.download = np.array([b2, beta, sum_z2])
         self.stage = "rounds"
+        d = self.spec.dim
+        self.authors_comm += 2 * d * self.others * (self.gradients - 1)
+        if not self.triggered_last:
+            self.authors_comm += (d * d + d + 1) * self.members
 
     def report(self) -> dict[str, Any]:
-        """How many global updates ran and how many AGD gradient exchanges they took."""
-        return {"global_updates": self.global_updates, "agd_iterations": self.agd_iterations}
+        """How many global updates ran and how many AGD gradient exchanges they took, and the
+        authors' ``totalCommCost`` (``authors_comm_cost``; ``cyrilli/FedGLB-UCB``,
+        ``lib/FedGLB_UCB.py``, ``updateParameters``), per global update with m clients in the
+        federation (every client in the paper mode, those that have pulled with
+        ``authors_code``), one of them triggering and k gradient exchanges:
+        (d^2 + 1)(m - 1) for the collect, 2 d (m - 1)(k - 1) for the AGD (the code multiplies by
+        ``iter``, the loop's last index: one less than the gradients asked for, whether the loop
+        stopped on the gradient's norm or at its cap), and (d^2 + d + 1) m for the download,
+        except when the triggering client is the one the code created last: the download loop
+        tests ``clientID``, a variable its collect loop left at the last client created, so it
+        counts every client or none. Counted when the update is decided, one after the last
+        round included. Several triggering clients in one round (ours: one update): m - 1 is
+        the clients that did not trigger. ``ons_glm`` (the code's ``N_ONS_GLM``) counts 0."""
+        return {
+            "global_updates": self.global_updates,
+            "agd_iterations": self.agd_iterations,
+            "authors_comm_cost": self.authors_comm,
+            "authors_comm_cost_rule": "cyrilli/FedGLB-UCB lib/FedGLB_UCB.py: (d^2 + 1)(m - 1) "
+            "per collect, 2 d (m - 1)(AGD gradients - 1), (d^2 + d + 1) m per download unless "
+            "the trigger came from the client created last; m the clients in the federation"
+            if not isinstance(self.params, OnsGLMParams)
+            else "cyrilli/FedGLB-UCB: 0 without global updates (lib/N_ONS_GLM.py never syncs)",
+        }
 
 
 def _fedglb_client(spec: ProblemSpec, params: FedGLBParams, env: Any, sync: bool) -> FedGLBClient:

@@ -65,6 +65,8 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             "statistics, bookkeeping_rounds: those that carried only bookkeeping flags",
             "*_bookkeeping_scalars": "the flags among the scalars (included in *_scalars)",
             "*_per_client": "whole run, per client",
+            "authors_comm_cost": "the authors' totalCommCost of the run, in their units, by the "
+            "rule in authors_comm_cost_rule (only for algorithms whose authors' code counts it)",
             "seconds_per_seed": "wall seconds of a seed; in-process runs leave out the one-time "
             "compilation of kernels (compile_seconds in the seed's JSON)",
         },
@@ -103,6 +105,7 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
                 values = [i["totals"][key] for i in infos]
                 entry[key] = int(values[0]) if len(set(values)) == 1 else float(np.mean(values))
         entry.update(privacy_entry(infos))
+        entry.update(authors_entry(infos))
         clients = int(manifest["instance"]["num_clients"])
         for key in ("uplink_scalars", "downlink_scalars"):
             entry[f"{key}_per_client"] = float(entry[key]) / clients
@@ -157,6 +160,19 @@ def reward_entry(
         "reward_checkpoints": {
             str(int(t[i])): float(rewards[:, i].mean()) for i in index if i < len(t)
         },
+    }
+
+
+def authors_entry(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """``authors_comm_cost``: the authors' ``totalCommCost`` of the run, by the algorithm's rule in
+    the authors' units (the seeds' ``report``, ``ServerLogic.report``), mean over seeds (an int
+    when every seed has the same), with the rule; nothing unless every seed reports it."""
+    if not infos or not all("authors_comm_cost" in i.get("report", {}) for i in infos):
+        return {}
+    values = [i["report"]["authors_comm_cost"] for i in infos]
+    return {
+        "authors_comm_cost": int(values[0]) if len(set(values)) == 1 else float(np.mean(values)),
+        "authors_comm_cost_rule": infos[0]["report"]["authors_comm_cost_rule"],
     }
 
 

@@ -45,6 +45,7 @@ def summary_table(summary: dict[str, Any]) -> str:
     ]
     private: list[str] = []
     replay: list[str] = []
+    authors: list[str] = []
     for name, entry in summary.items():
         if not isinstance(entry, dict) or "final_regret_mean" not in entry:
             continue
@@ -64,6 +65,8 @@ def summary_table(summary: dict[str, Any]) -> str:
             f"{clients:>12.4g}{down:>13.4g}"
             + (f"{entry['epsilon']:>9.3g}" if "epsilon" in entry else f"{'-':>9}")
         )
+        if "authors_comm_cost" in entry:
+            authors.append(f"{name} {entry['authors_comm_cost']:,.0f}")
         if "epsilon" in entry:
             private.append(f"{name} ({_privacy_note(entry)})")
     lines.append(
@@ -83,6 +86,11 @@ def summary_table(summary: dict[str, Any]) -> str:
             "replay of logged events: R(T)/M counts the misses per client (events whose pick was "
             "not the logged choice); reward: logged choices matched, all clients, and its ratio to "
             "uniform choice's expected reward: " + "; ".join(replay)
+        )
+    if authors:
+        lines.append(
+            "authors' units: totalCommCost of the authors' code, by its rule "
+            "(authors_comm_cost_rule in summary.json): " + "; ".join(authors)
         )
     if private:
         lines.append(
