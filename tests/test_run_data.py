@@ -217,3 +217,18 @@ def test_movielens_and_mslr_record_their_files(tmp_path):
     letor = mslr.write_letor(tmp_path / "tiny.txt", 6, (2, 4), seed=3)
     instance = mslr.build_mslr(MSLRParams(path=str(letor), num_clients=2, cache_dir=""))
     assert instance.summary()["data_files"] == {str(letor): sha(letor)}
+
+
+def test_the_same_bytes_read_at_another_path_are_the_same_data(replay_run):
+    """A seed made on another host (a deployment's ServerApp) records that host's path: the same
+    bytes at another path do not stop a resume."""
+    toml, out, events, features = replay_run
+    seed_json = out / "runs" / "oful" / "seed_0.json"
+    info = read_json(seed_json)
+    info["data_files"] = {
+        "/srv/data/events.dat": sha(events),
+        "/srv/data/Arm_FeatureVectors_2.dat": sha(features),
+    }
+    seed_json.write_text(json.dumps(info))
+    run(toml, out, seeds=2)
+    assert read_json(out / "manifest.json")["status"] == "complete"

@@ -155,10 +155,12 @@ def _refuse_other_data(
     run_dir: Path, recorded: dict[str, str], current: dict[str, str], who: str
 ) -> None:
     """A folder holds the results of one set of data files: refuse data that differs from what
-    ``who`` read (the path, the hash recorded and the hash now)."""
+    ``who`` read (the path, the hash recorded and the hash now). Files are compared by their
+    bytes: the same file read at another path (a ServerApp's host, a moved folder) is the same
+    data."""
     for path, sha in recorded.items():
         now = current.get(path)
-        if now == sha:
+        if now == sha or sha in current.values():
             continue
         if now is None:
             reads = ", ".join(current) or "no data file"
