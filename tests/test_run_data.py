@@ -232,3 +232,39 @@ def test_the_same_bytes_read_at_another_path_are_the_same_data(replay_run):
     seed_json.write_text(json.dumps(info))
     run(toml, out, seeds=2)
     assert read_json(out / "manifest.json")["status"] == "complete"
+
+
+@pytest.mark.parametrize("same_bytes", [True, False])
+def test_a_pulled_seed_that_read_other_data_is_not_written(replay_run, tmp_path, same_bytes):
+    """``fedbandit pull``: a detached run's seed made on a host whose data file differs from the
+    one this folder's runs read is refused before anything is written; the same bytes at the
+    host's own path are taken."""
+    from fedbandit.flower.run_log import DetachedState
+    from fedbandit.runs import detached
+    from fedbandit.runspec import RunSpec
+    from fedbandit.runtimes import local_seed_files
+
+    toml, out, events, features = replay_run
+    config = _config(toml, seeds=2)
+    files = local_seed_files(RunSpec(experiment=config, algorithm="oful", seed=1))
+    stem = next(path for path in files if path.endswith(".json"))
+    info = json.loads(files[stem])
+    info["data_files"] = {
+        "/srv/data/events.dat": sha(events) if same_bytes else "f" * 64,
+        "/srv/data/Arm_FeatureVectors_2.dat": sha(features),
+    }
+    files[stem] = json.dumps(info)
+    manifest = read_json(out / "manifest.json")
+    manifest.update(seeds=[0, 1], detached={"flower_run": 7, "runs": ["oful/seed_1"]})
+    state = DetachedState("finished:completed", {("oful", 1): files}, {}, None, [])
+    before = snapshot(out)
+    if same_bytes:
+        taken = detached._take_seeds(out, manifest, config, state, plots=False)
+        assert taken["pulled"] == 1 and (out / "runs" / "oful" / "seed_1.json").is_file()
+        return
+    with pytest.raises(ConfigError) as err:
+        detached._take_seeds(out, manifest, config, state, plots=False)
+    message = str(err.value)
+    assert "oful/seed_1, pulled from the deployment, read /srv/data/events.dat (sha256 " in message
+    assert f"not the data file {events} (sha256 {sha(events)})" in message
+    assert "nothing was written" in message and snapshot(out) == before

@@ -21,10 +21,7 @@ from fedbandit.results.files import (
     write_files,
 )
 from fedbandit.results.summary import record_failures, summarize
-from fedbandit.runs.planning import (
-    check_out_dir,
-    prepare_run_folder,
-)
+from fedbandit.runs.planning import check_out_dir, prepare_run_folder, recorded_data_files
 from fedbandit.runs.report import plot_after_run
 from fedbandit.runspec import RuntimeOptions
 
@@ -137,6 +134,23 @@ def pull_detached(
     return _take_seeds(run_dir, manifest, config, state, plots)
 
 
+def _refuse_pulled_data(
+    run_dir: Path, recorded: dict[str, str], label: str, read: dict[str, str]
+) -> None:
+    """A seed pulled from a deployment that read other data files (compared by their bytes)
+    than the folder records is not written: one line naming the file and both hashes."""
+    for path, sha in recorded.items():
+        if sha in read.values():
+            continue
+        seen = ", ".join(f"{other} (sha256 {digest})" for other, digest in read.items())
+        raise ConfigError(
+            f"{run_dir}: {label}, pulled from the deployment, read {seen or 'no data file'}, "
+            f"not the data file {path} (sha256 {sha}) this folder's runs read; a results folder "
+            "holds the results of one data file: give the deployment's hosts the same file as "
+            "this machine and run again, nothing was written"
+        )
+
+
 def _take_seeds(
     run_dir: Path,
     manifest: dict[str, Any],
@@ -145,12 +159,21 @@ def _take_seeds(
     plots: bool,
 ) -> dict[str, Any]:
     """``pull_detached``'s second half: write the seeds of ``state`` not yet in ``run_dir``,
-    then the manifest, ``summary.json`` and, once complete, the plots."""
-    pulled = 0
-    for (algorithm, seed), files in state.files.items():
-        if seed_status(run_dir, algorithm, seed) is None:
-            write_files(run_dir, files)
-            pulled += 1
+    then the manifest, ``summary.json`` and, once complete, the plots. A seed that read other
+    data files than the folder's first run refuses the pull before anything is written."""
+    new = {
+        key: files
+        for key, files in state.files.items()
+        if seed_status(run_dir, key[0], key[1]) is None
+    }
+    recorded = recorded_data_files(manifest)
+    for (algorithm, seed), files in new.items():
+        info = json.loads(next(text for path, text in files.items() if path.endswith(".json")))
+        if isinstance(info.get("data_files"), dict):
+            _refuse_pulled_data(run_dir, recorded, f"{algorithm}/seed_{seed}", info["data_files"])
+    for files in new.values():
+        write_files(run_dir, files)
+    pulled = len(new)
     record_failures(run_dir, config, manifest)
     wanted = manifest["detached"]["runs"]
     arrived = [label for label in wanted if label not in manifest["missing_runs"]]
