@@ -271,3 +271,29 @@ def test_dropping_names_the_clients_and_keeps_groups_whole():
     with pytest.raises(ValueError, match=r"cannot drop clients \[3\]: it does not address"):
         server.drop_clients(np.array([3]))
     assert describe_clients([5, 0, 1, 2, 7, 8]) == "0-2, 5, 7-8"
+
+
+def test_the_ledgers_t_never_falls_when_clients_that_pulled_more_are_lost(tmp_path):
+    """A drop can lower the mean pull count of the clients still answering (10.95 -> 10.93 on a
+    deployment): ``t`` keeps its last value, as after a round nobody answered, so a finished
+    run's ``comm.csv`` passes the reader's check for hand-edited files."""
+    from fedbandit.federation.runtime import CommunicationLedger
+    from fedbandit.results.reader import _read_table
+
+    ledger = CommunicationLedger()
+
+    def exchange(round_, clients, pulls):
+        ids = np.asarray(clients)
+        down = Message("round", round_, ids, {"x": np.ones((len(ids), 1))})
+        reply = Message("step", round_, ids, {"y": np.ones((len(ids), 1))}, meta={"pulls": pulls})
+        ledger.record_exchange(down, reply)
+
+    exchange(0, [0, 1, 2, 3], np.array([12, 12, 10, 10]))  # mean 11
+    exchange(1, [2, 3], np.array([10, 10]))  # clients 0-1 lost: mean 10
+    ledger.record_exchange(Message("round", 2, np.array([2, 3]), {"x": np.ones((2, 1))}), None)
+    exchange(3, [2, 3], np.array([13, 13]))
+    frame = ledger.frame()
+    assert frame["t"].tolist() == [11.0, 11.0, 11.0, 11.0, 11.0, 13.0, 13.0]
+    path = tmp_path / "seed_0.comm.csv"
+    frame.to_csv(path, index=False)
+    assert _read_table(path, ["round", "direction", "t", "scalars"])["t"].is_monotonic_increasing

@@ -88,7 +88,10 @@ class CommunicationLedger:
     and of those scalars the ``bookkeeping`` ones (fields named in ``bookkeeping_fields``: flags
     such as a sync trigger, ``ServerLogic.bookkeeping_fields``).
 
-    ``t`` is the mean number of pulls per client done when the round's replies came back.
+    ``t`` is the mean number of pulls per client done when the round's replies came back, over
+    the clients that replied, and never below an earlier round's ``t``: the mean falls when
+    clients that had pulled more are lost (``drop``), and a round nobody answered has no mean;
+    either keeps the last value, so the column is non-decreasing by construction.
     Exchanges that carry nothing in either direction are not recorded. In a round that lost clients
     only what was exchanged is counted: the downlink to every addressed client (it was sent) and
     the uplink of the replies that arrived and were accepted (none when nobody answered: then the
@@ -97,6 +100,8 @@ class CommunicationLedger:
 
     rows: list[dict[str, float | int | str]] = field(default_factory=list)
     bookkeeping_fields: frozenset[str] = frozenset()
+    #: The last round's ``t`` (NaN before any reply reported its pulls).
+    last_t: float = float("nan")
 
     def record(
         self,
@@ -123,7 +128,10 @@ class CommunicationLedger:
     def record_exchange(self, message: Message, reply: Message | None) -> None:
         """The round's downlink ``message`` and the ``reply`` received (None: nobody answered)."""
         pulls = reply.meta.get("pulls") if reply is not None else None
-        pulls_mean = float(np.mean(pulls)) if pulls is not None and len(pulls) else float("nan")
+        if pulls is not None and len(pulls):
+            mean = float(np.mean(pulls))
+            self.last_t = mean if np.isnan(self.last_t) else max(self.last_t, mean)
+        pulls_mean = self.last_t
         down = message.tally(self.bookkeeping_fields)
         up = reply.tally(self.bookkeeping_fields) if reply is not None else None
         if down[0].any() or (up is not None and up[0].any()):
