@@ -342,3 +342,37 @@ def test_seconds_leave_out_the_kernels_a_seed_compiles(tmp_path, monkeypatch):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["fedpe"]["seconds_per_seed"] == np.mean([i["seconds"] for i in infos])
     assert "compile_seconds" in summary["units"]["seconds_per_seed"]
+
+
+def test_the_privacy_headline_is_the_largest_epsilon_over_the_seeds(tmp_path):
+    """A seed that lost a silo spends more (5.5685 against 5.0): summary.json, the manifest and
+    the table give the largest, the summary every seed's, and the table says the seeds differ."""
+    from fedbandit.results.files import atomic_write_json, seed_stem
+    from fedbandit.results.summary import privacy_entry, record_failures
+    from fedbandit.runs.report import summary_table
+
+    def report(epsilon):
+        privacy = {"epsilon": epsilon, "delta": 0.01, "model": "silo_ldp", "neighbouring": "x"}
+        return {"report": {"privacy": privacy, "clipped": {"features": 0, "rewards": 1}}}
+
+    infos = [report(5.0), report(5.5685), report(5.0)]
+    entry = privacy_entry(infos)
+    assert entry["epsilon"] == 5.5685 and entry["privacy"]["epsilon"] == 5.5685
+    assert entry["epsilon_per_seed"] == [5.0, 5.5685, 5.0]
+    config = load_experiment("fedpe_tiny", ["seeds=3", 'algorithms=["fedpe"]'])
+    for seed, info in enumerate(infos):
+        path = seed_stem(tmp_path, "fedpe", seed).with_suffix(".json")
+        atomic_write_json(path, {"status": "complete", **info})
+    manifest = {"seeds": [0, 1, 2]}
+    record_failures(tmp_path, config, manifest)
+    assert manifest["privacy"]["fedpe"]["epsilon"] == 5.5685
+    row = {"final_regret_mean": 1.0, "final_regret_ci95": None, "seconds_per_seed": 0.1}
+    row.update(rounds=3, uplink_scalars_per_client=1.0, downlink_scalars_per_client=1.0)
+    summary = {"experiment": "x", "horizon": 8, "seeds": [0, 1, 2], "status": "complete"}
+    table = summary_table({**summary, "fedpe": {**row, **entry}})
+    assert "5.57" in table.splitlines()[2]
+    assert "the largest over the seeds, which spent 5-5.569" in table
+    same = privacy_entry([report(5.0), report(5.0)])
+    assert same["epsilon"] == 5.0 and "which spent" not in summary_table(
+        {**summary, "fedpe": {**row, **same}}
+    )

@@ -178,12 +178,14 @@ def authors_entry(infos: list[dict[str, Any]]) -> dict[str, Any]:
 
 def privacy_entry(infos: list[dict[str, Any]]) -> dict[str, Any]:
     """A private algorithm's summary keys from its seeds' reports: ``epsilon`` and ``delta`` spent
-    per user over the run (the same for every seed: the schedule is fixed), the accounting, and
-    the values clipped per seed (mean); nothing for a non-private algorithm."""
+    per user over the run, the largest over the seeds (a seed that lost clients may spend more:
+    fewer contributors to a sum), with that seed's accounting (``privacy``), every seed's
+    ``epsilon_per_seed`` in the order of ``infos``, and the values clipped per seed (mean);
+    nothing for a non-private algorithm."""
     reports = [i["report"] for i in infos if "privacy" in i.get("report", {})]
     if not reports:
         return {}
-    privacy = reports[0]["privacy"]
+    privacy = largest_privacy(reports)
     clipped = {
         key: float(np.mean([r.get("clipped", {}).get(key, 0) for r in reports]))
         for key in ("features", "rewards")
@@ -192,8 +194,14 @@ def privacy_entry(infos: list[dict[str, Any]]) -> dict[str, Any]:
         "epsilon": privacy["epsilon"],
         "delta": privacy["delta"],
         "privacy": privacy,
+        "epsilon_per_seed": [float(r["privacy"]["epsilon"]) for r in reports],
         "clipped_per_seed": clipped,
     }
+
+
+def largest_privacy(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The privacy accounting of the seed that spent the largest epsilon (the first such)."""
+    return dict(max(reports, key=lambda report: float(report["privacy"]["epsilon"]))["privacy"])
 
 
 def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str, Any]) -> None:
@@ -210,14 +218,14 @@ def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str,
                 continue
             info = read_json(path)
             if "privacy" in info.get("report", {}):
-                privacy.setdefault(algorithm, info["report"]["privacy"])
+                privacy.setdefault(algorithm, []).append(info["report"])
             if info.get("status", "complete") != "complete":
                 aborted[f"{algorithm}/seed_{seed}"] = info.get("failure")
             if info.get("dropped"):
                 dropped[f"{algorithm}/seed_{seed}"] = info["dropped"]
     manifest["status"] = "incomplete" if aborted or missing else "complete"
-    if privacy:
-        manifest["privacy"] = privacy
+    if privacy:  # the largest epsilon over the seeds run, aborted ones too (they released)
+        manifest["privacy"] = {name: largest_privacy(found) for name, found in privacy.items()}
     manifest["aborted_seeds"] = aborted
     manifest["missing_runs"] = missing
     manifest["dropped_clients"] = dropped

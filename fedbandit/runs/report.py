@@ -111,7 +111,13 @@ def _privacy_note(entry: dict[str, Any]) -> str:
             f": epsilon_local shown, {privacy['epsilon_secure_sum']:.3g} only with "
             "--secure-aggregation"
         )
+    spent = entry.get("epsilon_per_seed", [])
+    differs = (
+        f"; the largest over the seeds, which spent {min(spent):.4g}-{max(spent):.4g}"
+        if spent and min(spent) != max(spent)
+        else ""
+    )
     return (
         f"delta {entry['delta']:.3g}, {privacy['model']}{saw}; neighbours: "
-        f"{privacy['neighbouring']}"
+        f"{privacy['neighbouring']}{differs}"
     )
