@@ -10,15 +10,11 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fedbandit._version import __version__
 from fedbandit.registry import algorithms as registered_algorithms
 from fedbandit.registry import instance_kinds
-
-if TYPE_CHECKING:
-    pass
-
 
 PACKAGES = ("fedbandit", "numpy", "scipy", "cvxpy", "clarabel", "flwr", "pandas", "matplotlib")
 

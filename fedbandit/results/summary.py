@@ -5,7 +5,7 @@ reward and a private algorithm's privacy spent."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,10 +22,6 @@ from fedbandit.results.replay import (
     is_replay_manifest,
     random_reward_per_event,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 #: Totals that split ``rounds`` and the scalars into statistics and bookkeeping flags
 #: (``CommunicationLedger.totals``); summarised when every seed has them.
