@@ -119,15 +119,6 @@ class FidelityParams(RidgeParams):
 Width = float | Literal["adaptive"]
 
 
-def check_width(width: Width, fidelity: Fidelity) -> None:
-    """A fixed ``width`` is the authors' scripts' rule: it needs ``fidelity = "authors_code"``."""
-    if width != "adaptive" and fidelity != "authors_code":
-        raise ValueError(
-            f"width = {width} is the authors' scripts' fixed width: it needs "
-            'fidelity = "authors_code" (the paper mode keeps the adaptive radius)'
-        )
-
-
 class LiWangWidthParams(FidelityParams):
     """``width``: the confidence width of the decisions with ``fidelity = "authors_code"``.
     ``"adaptive"`` (default): the code's ``alpha_t`` = sigma sqrt(d log(1 + n / (d lambda)) +
@@ -146,7 +137,11 @@ class LiWangWidthParams(FidelityParams):
     def _width_needs_authors_code(self) -> LiWangWidthParams:
         if isinstance(self.width, float) and not (0 < self.width < math.inf):
             raise ValueError(f"width must be a positive number or 'adaptive', got {self.width}")
-        check_width(self.width, self.fidelity)
+        if self.width != "adaptive" and self.fidelity != "authors_code":
+            raise ValueError(
+                f"width = {self.width} is the authors' scripts' fixed width: it needs "
+                'fidelity = "authors_code" (the paper mode keeps the adaptive radius)'
+            )
         return self
 
 
@@ -429,6 +424,10 @@ class FederatedRidgeServerBase(ServerLogic):
     stays in the global statistics, and what they had not uploaded is lost. The protocols' constants
     (DisLinUCB's D uses M) are not re-tuned."""
 
+    #: The authors' ``totalCommCost`` rule of the protocol (``AUTHORS_RULES``), or None where the
+    #: authors' code counts none: the server then reports no ``authors_comm_cost``.
+    authors_rule: str | None = None
+
     def __init__(self, spec: ProblemSpec, params: RidgeParams) -> None:
         self.spec, self.params = spec, params
         self.group = model_groups(spec, params.model)
@@ -447,6 +446,14 @@ class FederatedRidgeServerBase(ServerLogic):
         #: The authors' ``totalCommCost`` of this run, by the protocol's rule in the authors'
         #: units (``authors_comm_cost``); counted by DisLinUCB and Async-LinUCB.
         self.authors_comm = 0
+
+    def report(self) -> dict[str, Any]:
+        """The authors' ``totalCommCost`` of the run (``authors_comm_cost``, counted by the
+        protocol as ``authors_rule`` says), for one shared model: the authors' code has no
+        counterpart with several."""
+        if self.authors_rule is None or self.gram.shape[0] != 1:
+            return {}
+        return {"authors_comm_cost": self.authors_comm, "authors_comm_cost_rule": self.authors_rule}
 
     def configure(self) -> Message | None:
         ids = self.clients
@@ -589,6 +596,14 @@ class DisLinUCBServer(FederatedRidgeServerBase):
     (``collect``) in which every client uploads and nobody pulls; then everyone downloads the new
     global statistics."""
 
+    #: ``cyrilli/FedGLB-UCB``'s ``lib/DisLinUCB.py`` (``updateParameters``) adds d^2 + d + 1
+    #: scalars per client it knows for the upload and again for the download of every sync:
+    #: sum over syncs of 2 (d^2 + d + 1) m_s, m_s the clients the sync reaches (those that have
+    #: pulled with ``authors_code``, every client in the paper mode), counted when the sync is
+    #: decided, a sync after the last step included. Ours counts an upload only from a client
+    #: with data, and a download only when it is sent (``*_scalars``).
+    authors_rule = AUTHORS_RULES["dislinucb"]
+
     def __init__(self, spec: ProblemSpec, params: RidgeParams) -> None:
         super().__init__(spec, params)
         self.collect = False
@@ -621,21 +636,6 @@ class DisLinUCBServer(FederatedRidgeServerBase):
         reached = int(np.count_nonzero(self.download[self.clients]))
         d = self.spec.dim
         self.authors_comm += 2 * (d * d + d + 1) * reached
-
-    def report(self) -> dict[str, Any]:
-        """The authors' ``totalCommCost`` (``authors_comm_cost``), for one shared model:
-        ``cyrilli/FedGLB-UCB``'s ``lib/DisLinUCB.py`` (``updateParameters``) adds d^2 + d + 1
-        scalars per client it knows for the upload and again for the download of every sync,
-        so cost = sum over syncs of 2 (d^2 + d + 1) m_s, m_s the clients the sync reaches (those
-        that have pulled with ``authors_code``, every client in the paper mode); counted when
-        the sync is decided, a sync after the last step included. Ours counts an upload only
-        from a client with data, and a download only when it is sent (``*_scalars``)."""
-        if self.gram.shape[0] != 1:
-            return {}
-        return {
-            "authors_comm_cost": self.authors_comm,
-            "authors_comm_cost_rule": AUTHORS_RULES["dislinucb"],
-        }
 
 
 class DeterminantRatioClient(FederatedRidgeClientBase):
@@ -687,6 +687,11 @@ class AsyncLinUCBServer(FederatedRidgeServerBase):
     synchronous round enter in client-id order before the check (our choice: the authors'
     simulation has one upload per step)."""
 
+    #: ``cyrilli/Async-LinUCB``'s ``lib/AsyncLinUCB.py`` (``updateParameters``) adds 1 per upload
+    #: and 1 per download it triggers, a count of messages whatever their size, counted when
+    #: decided (a download decided after the last step included).
+    authors_rule = AUTHORS_RULES["async_linucb"]
+
     def __init__(self, spec: ProblemSpec, params: AsyncParams) -> None:
         super().__init__(spec, params)
         self.push_threshold = math.log(params.download_ratio)
@@ -721,18 +726,6 @@ class AsyncLinUCBServer(FederatedRidgeServerBase):
         pushed = push & self.registered[ids] if self.authors_code else push
         self.download[ids] |= pushed
         self.authors_comm += int(np.count_nonzero(send.any(axis=1)) + np.count_nonzero(pushed))
-
-    def report(self) -> dict[str, Any]:
-        """The authors' ``totalCommCost`` (``authors_comm_cost``; ``cyrilli/Async-LinUCB``,
-        ``lib/AsyncLinUCB.py``, ``updateParameters``), for one shared model: it adds 1 per
-        upload and 1 per download it triggers, a count of messages whatever their size; counted
-        when decided, a download decided after the last step included."""
-        if self.gram.shape[0] != 1:
-            return {}
-        return {
-            "authors_comm_cost": self.authors_comm,
-            "authors_comm_cost_rule": AUTHORS_RULES["async_linucb"],
-        }
 
 
 class FedLinUCBClient(FederatedRidgeClientBase):
