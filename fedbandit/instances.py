@@ -55,10 +55,12 @@ class Instance(Protocol):
 def data_files(instance: Instance) -> dict[str, str]:
     """The files an instance was built from, path -> SHA-256 of the bytes read: its summary's
     ``data_files`` (data-backed kinds record it; empty for generated instances). A results
-    folder holds the results of one such set of files."""
+    folder holds the results of one such set of files. Read from the instance's ``info`` where it
+    has one (every built-in kind: its summary would be recomputed, a contextual instance's
+    Monte Carlo diversity included, for every seed), else from ``summary()``."""
     info = getattr(instance, "info", None)
-    if isinstance(info, dict) and "data_files" in info:
-        return dict(info["data_files"])
+    if isinstance(info, dict):
+        return dict(info.get("data_files") or {})
     return dict(instance.summary().get("data_files") or {})
 
 
