@@ -7,7 +7,7 @@ import argparse
 import typing
 
 from fedbandit.cli.options import add_experiments_option
-from fedbandit.config import available_experiments, experiment_folders, shipped_folder
+from fedbandit.config import available_experiments, experiment_folders
 from fedbandit.datasets import movielens20m
 from fedbandit.registry import algorithms, instance_kinds
 
@@ -60,8 +60,8 @@ def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
             print(f"  {name}  [plugin failed to load: {error}]")
     if show_instances:
         print(
-            "data cards of the real-data kinds: README.md, movielens20m.md (replay) and "
-            f"mslr_web10k.md (mslr) in {shipped_folder('datasets')}"
+            "data cards of the real-data kinds: `fedbandit docs datasets`, "
+            "`fedbandit docs movielens20m` (replay) and `fedbandit docs mslr_web10k` (mslr)"
         )
     return 0
 

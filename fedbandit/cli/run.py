@@ -194,7 +194,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="flower-sim and flower: the fields a server only sums travel through Flower's "
         "SecAgg+, so the server sees their sum over nodes, not each node's (3 or more nodes; "
-        "see docs/secure-aggregation.md)",
+        "see `fedbandit docs secure-aggregation`)",
     )
     run.add_argument(
         "--secure-threshold",

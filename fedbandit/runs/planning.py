@@ -86,7 +86,7 @@ def preflight(
                 "sums over nodes (it exchanges with one client at a time, needs each client's "
                 "values, or is not supported yet), so masking would hide nothing; run it "
                 "without --secure-aggregation or leave it out (--algorithms); see "
-                "docs/secure-aggregation.md"
+                "`fedbandit docs secure-aggregation`"
             )
     if options is not None and options.runtime == "flower" and options.secure_aggregation:
         # before the folder exists: a deployment with too few SuperNodes for SecAgg+
