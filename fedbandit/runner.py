@@ -86,7 +86,9 @@ def run_experiment(
     resumed = (run_dir / "manifest.json").is_file()
     if resumed:
         refuse_pending_detached(run_dir, read_json(run_dir / "manifest.json"))
-    manifest = prepare_run_folder(config, run_dir, workers, options, instance)
+    manifest = prepare_run_folder(
+        config, run_dir, workers, options, instance, requested_algorithms=selected
+    )
     manifest.pop("detached", None)  # an earlier detached run that has ended: replaced below
     every = [(a, s) for a in selected for s in range(config.seeds)]
     tasks = [

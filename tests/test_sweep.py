@@ -230,12 +230,12 @@ def test_one_seed_sweeps_plot_and_duplicate_points_are_refused(tmp_path):
         expand(config({"grid": {"horizon": [64, 64]}}))
 
 
-def test_a_study_is_refused_by_run_and_a_partial_run_is_incomplete(tmp_path):
+def test_a_study_is_refused_by_run_and_a_partial_run_is_complete_for_what_it_asked(tmp_path):
     with pytest.raises(ConfigError, match="is a study"):
         fedbandit.run({**BASE, "sweep": {"grid": {"horizon": [64]}}}, progress=False)
     results = fedbandit.run(BASE, algorithms=["fedpe"], out=tmp_path / "part", progress=False)
-    assert not results.complete
-    assert results.manifest["missing_runs"] == ["local_ucb/seed_0", "local_ucb/seed_1"]
+    assert results.complete and results.manifest["missing_runs"] == []
+    assert results.manifest["not_requested"] == ["local_ucb/seed_0", "local_ucb/seed_1"]
 
 
 def test_plots_are_drawn_only_for_keys_that_vary(tmp_path):

@@ -4,7 +4,11 @@ instance kinds) and ``prepare`` (a downloaded data set into the files its experi
 from __future__ import annotations
 
 import argparse
+import json
+import types
 import typing
+
+from pydantic.fields import FieldInfo
 
 from fedbandit.cli.options import add_experiments_option
 from fedbandit.config import available_experiments, experiment_folders
@@ -51,11 +55,8 @@ def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
             where = "" if origin == "fedbandit" else f"  [plugin: {origin}]"
             print(f"  {name}  {entry.description}{where}")
             for key, field in entry.params.model_fields.items():
-                if key == "kind":
-                    continue
-                default = "required" if field.is_required() else f"default {field.default!r}"
-                about = f": {field.description}" if field.description else ""
-                print(f"      {key} ({_type_name(field.annotation)}, {default}){about}")
+                if key != "kind":
+                    print(_field_line(key, field))
         for name, error in sorted(registry.broken.items()):
             print(f"  {name}  [plugin failed to load: {error}]")
     if show_instances:
@@ -67,10 +68,42 @@ def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
 
 
 def _type_name(annotation: object) -> str:
-    """A field's type as ``list --algorithms`` shows it: unions member by member."""
-    if typing.get_origin(annotation) is typing.Union:
-        return " | ".join(_type_name(member) for member in typing.get_args(annotation))
+    """A field's type as ``list --algorithms`` shows it: the allowed values of a ``Literal``
+    (``"ball" | "simplex"``), a union member by member (``float or None``), an ``Annotated`` type
+    as its base, a generic with its arguments (``list[int]``)."""
+    origin = typing.get_origin(annotation)
+    arguments = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(_value(value) for value in arguments)
+    if origin is typing.Union or origin is types.UnionType:
+        return " or ".join(_type_name(member) for member in arguments)
+    if origin is typing.Annotated:
+        return _type_name(arguments[0])
+    if annotation is type(None) or annotation is None:
+        return "None"
+    if origin is not None and arguments:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join(_type_name(argument) for argument in arguments)}]"
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def _value(value: object) -> str:
+    """A value as written in an experiment file: strings in double quotes, ``None`` as is."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def _field_line(key: str, field: FieldInfo) -> str:
+    """One hyperparameter of ``list --algorithms``: name, allowed values, default, meaning."""
+    if field.is_required():
+        default = "required"
+    else:
+        default = f"default {_value(field.get_default(call_default_factory=True))}"
+    about = f": {field.description}" if field.description else ""
+    return f"      {key} ({_type_name(field.annotation)}, {default}){about}"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
