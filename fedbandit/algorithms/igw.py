@@ -56,6 +56,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
 from fedbandit.algorithms.linucb import model_groups
 from fedbandit.contextual.environment import ContextualEnvironment, round_of_step
@@ -383,4 +384,5 @@ FEDIGW: AlgorithmSpec[Any] = AlgorithmSpec(
         spec, p, environment_of(env, ContextualEnvironment)
     ),
     contextual=True,
+    citation=citations.FEDIGW,
 )

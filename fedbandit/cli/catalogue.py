@@ -1,5 +1,6 @@
 """What there is to run: ``list`` (the named experiments, or the registered algorithms and
-instance kinds) and ``prepare`` (a downloaded data set into the files its experiments read)."""
+instance kinds), ``cite`` (the BibTeX of fedbandit and of algorithms' papers) and ``prepare`` (a
+downloaded data set into the files its experiments read)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import typing
 
 from pydantic.fields import FieldInfo
 
+from fedbandit.algorithms.base import AlgorithmSpec
+from fedbandit.algorithms.citations import short_reference
 from fedbandit.cli.options import add_experiments_option
 from fedbandit.config import available_experiments, experiment_folders
 from fedbandit.datasets import movielens20m
 from fedbandit.registry import algorithms, instance_kinds
+from fedbandit.results.provenance import citations_bib
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -54,6 +58,9 @@ def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
             origin = registry.origins[name]
             where = "" if origin == "fedbandit" else f"  [plugin: {origin}]"
             print(f"  {name}  {entry.description}{where}")
+            if isinstance(entry, AlgorithmSpec):
+                reference = short_reference(entry.citation) or "none (no paper of its own)"
+                print(f"      reference: {reference}")
             for key, field in entry.params.model_fields.items():
                 if key != "kind":
                     print(_field_line(key, field))
@@ -64,6 +71,13 @@ def _list_registered(show_algorithms: bool, show_instances: bool) -> int:
             "data cards of the real-data kinds: `fedbandit docs datasets`, "
             "`fedbandit docs movielens20m` (replay) and `fedbandit docs mslr_web10k` (mslr)"
         )
+    return 0
+
+
+def _cmd_cite(args: argparse.Namespace) -> int:
+    """BibTeX: fedbandit's own entry and the papers of the algorithms named (default: all)."""
+    names = args.algorithms or list(algorithms())
+    print(citations_bib(names), end="")
     return 0
 
 
@@ -119,6 +133,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_experiments_option(listing)
     listing.set_defaults(func=_cmd_list)
+
+    cite = sub.add_parser(
+        "cite",
+        help="print BibTeX: fedbandit and the papers of algorithms (default: every algorithm)",
+        description="BibTeX to cite: fedbandit's own entry, then each paper once, naming the "
+        "algorithms that cite it (plugins included). Every results folder holds the same for "
+        "the algorithms that ran, in CITATIONS.bib.",
+    )
+    cite.add_argument("algorithms", nargs="*", metavar="ALGORITHM", help="registered algorithms")
+    cite.set_defaults(func=_cmd_cite)
 
     prepare = sub.add_parser(
         "prepare", help="turn a downloaded data set into the files its experiments read"

@@ -11,7 +11,6 @@ from pathlib import Path
 from fedbandit.config import EXPERIMENTS_VARIABLE
 from fedbandit.errors import ConfigError
 
-
 #: reST inline literal markup (``name``), which help texts taken from docstrings may carry.
 _REST_LITERAL = re.compile(r"``([^`]+?)``")
 

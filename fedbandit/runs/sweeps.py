@@ -23,6 +23,7 @@ from fedbandit.results.files import (
     seed_done,
     write_files,
 )
+from fedbandit.results.provenance import write_citations
 from fedbandit.results.summary import record_failures, summarize
 from fedbandit.runs.execution import run_tasks
 from fedbandit.runs.planning import (
@@ -192,4 +193,5 @@ def _finish_point(run_dir: Path, config: ExperimentConfig) -> None:
     record_failures(run_dir, config, manifest)
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
+    write_citations(run_dir, config.algorithms)
     atomic_write_json(run_dir / "manifest.json", manifest)
