@@ -36,16 +36,19 @@ ENV = {
 DATA_PACKAGES = {
     "fedbandit.catalogue.experiments": "experiments",
     "fedbandit.catalogue.datasets": "datasets",
+    "fedbandit.catalogue.docs": "docs",
 }
 
 
 def shipped_sources() -> dict[str, bytes]:
-    """What the wheel must carry under ``fedbandit/catalogue/``: every experiment and data card
-    of the checkout (and the marker that makes each folder a package), byte for byte."""
+    """What the wheel must carry under ``fedbandit/catalogue/``: every experiment, data card and
+    documentation page of the checkout (the pages in their subfolders; and the marker that makes
+    each folder a package), byte for byte."""
     files = {}
-    for folder, pattern in (("experiments", "*.toml"), ("datasets", "*.md")):
+    for folder, pattern in (("experiments", "*.toml"), ("datasets", "*.md"), ("docs", "**/*.md")):
         for path in sorted([*(ROOT / folder).glob(pattern), ROOT / folder / "__init__.py"]):
-            files[f"fedbandit/catalogue/{folder}/{path.name}"] = path.read_bytes()
+            relative = path.relative_to(ROOT / folder).as_posix()
+            files[f"fedbandit/catalogue/{folder}/{relative}"] = path.read_bytes()
     return files
 
 
@@ -95,6 +98,15 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(dist):
     assert {"setup.cfg", "pyproject.toml", "LICENSE", "CHANGELOG.md", "datasets/README.md"} <= names
     assert "experiments/__init__.py" in names and "datasets/__init__.py" in names
     assert not [n for n in names if n.startswith("tests/experiments/") or "__pycache__" in n]
+    # The worked example of a plugin (the docs tell how to get it from here) and what to cite.
+    example = ROOT / "examples" / "fedbandit-example-plugin"
+    tracked = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "examples/fedbandit-example-plugin"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert tracked and set(tracked) <= names, set(tracked) - names
+    assert (example / "pyproject.toml").is_file() and "CITATION.cff" in names
+    assert not [n for n in names if n.startswith("examples/") and n.endswith(".pyc")]
 
 
 def test_metadata_is_honest_and_twine_accepts_both_files(dist):
@@ -138,6 +150,7 @@ def test_setup_cfg_declares_every_package_and_the_data_packages():
     data = config["options.package_data"]
     assert data["fedbandit.catalogue.experiments"].strip() == "*.toml"
     assert data["fedbandit.catalogue.datasets"].strip() == "*.md"
+    assert data["fedbandit.catalogue.docs"].strip() == "*.md, **/*.md"
     if Path(fedbandit.__file__).resolve().is_relative_to(ROOT):  # the editable install
         for folder in DATA_PACKAGES.values():
             assert shipped_folder(folder) == ROOT / folder

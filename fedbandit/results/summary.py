@@ -211,7 +211,9 @@ def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str,
     that a run limited with ``--algorithms`` (the manifest's ``requested``) did not ask for and
     the folder lacks (``not_requested``: a later run without ``--algorithms`` adds them), and
     the clients dropped from each seed."""
-    aborted, dropped, missing, not_requested = {}, {}, [], []
+    aborted, dropped = {}, {}
+    missing: list[str] = []
+    not_requested: list[str] = []
     requested = set(manifest.get("requested", {}).get("algorithms", config.algorithms))
     privacy: dict[str, Any] = {}  # each private algorithm's accountant and its inputs
     for algorithm in config.algorithms:
