@@ -339,9 +339,20 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
     listed = {line.split()[0] for line in listing.stdout.splitlines() if line.strip()}
     assert {p.stem for p in (ROOT / "experiments").glob("*.toml")} <= listed
     cards = installed_cli(installed, "list", "--instances", cwd=tmp_path).stdout
-    folder = Path(cards.strip().splitlines()[-1].rsplit(" in ", 1)[1])
-    for card in ("README.md", "movielens20m.md", "mslr_web10k.md"):
-        assert (folder / card).read_bytes() == (ROOT / "datasets" / card).read_bytes()
+    assert "`fedbandit docs movielens20m` (replay)" in cards
+    # The data cards and the documentation pages, offline, from the installed package.
+    sources = {"datasets": ROOT / "datasets" / "README.md", "plugins": None, "cite": None}
+    for card in ("movielens20m", "mslr_web10k"):
+        sources[card] = ROOT / "datasets" / f"{card}.md"
+    for topic, source in sources.items():
+        if source is None:
+            [source] = (ROOT / "docs").rglob(f"{topic}.md")
+        shown = installed_cli(installed, "docs", topic, "--path", cwd=tmp_path)
+        path = Path(shown.stdout.strip())
+        assert shown.returncode == 0 and not path.is_relative_to(ROOT), shown
+        assert path.read_bytes() == source.read_bytes(), topic
+    page = installed_cli(installed, "docs", "plugins", cwd=tmp_path)
+    assert page.returncode == 0 and page.stdout.startswith("# Plugins"), page.stderr
 
     run = installed_cli(
         installed, "run", "fedpe_tiny", "--seeds", "1", "--out", "run", cwd=tmp_path
@@ -351,6 +362,7 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
         assert (tmp_path / "run" / name).is_file(), name
     manifest = (tmp_path / "run" / "manifest.json").read_text()
     assert f'"fedbandit": "{fedbandit.__version__}"' in manifest
+    assert "@software{fedbandit," in (tmp_path / "run" / "CITATIONS.bib").read_text()
 
     sweep = installed_cli(
         installed, "sweep", "fedpe_tiny", "--grid", "instance.num_clients=4,8",

@@ -226,6 +226,11 @@ def test_one_seed_sweeps_plot_and_duplicate_points_are_refused(tmp_path):
     code, _, err = _run(["sweep", str(path), "--out", str(out), "--quiet", "--seeds", "1"])
     assert code == 0 and "Traceback" not in err and "warning" not in err, err
     assert (out / "plots" / "regret_vs_instance.num_clients.png").is_file()
+    # What to cite: the study and each point (fedbandit, Fed-PE's paper, local_ucb's book).
+    for folder in (out, out / "points" / "p000"):
+        text = (folder / "CITATIONS.bib").read_text()
+        assert "@software{fedbandit," in text and "huang2021federated" in text, folder
+        assert "lattimore2020bandit" in text, folder
     with pytest.raises(ConfigError, match=r"p000 and p001 .* are the same experiment"):
         expand(config({"grid": {"horizon": [64, 64]}}))
 
