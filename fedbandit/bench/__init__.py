@@ -1,4 +1,4 @@
-"""Benchmarks behind ``make bench`` / ``fedbandit bench NAME [--json]``: ``BENCHMARKS`` by name,
+"""Benchmarks behind ``fedbandit bench NAME [--json]``: ``BENCHMARKS`` by name,
 ``ON_REQUEST`` and ``format_table``. Each benchmark is a module of its own,
 ``fedbandit.bench.NAME``, which runs it (``bench_NAME``) and lays out its table (``format_NAME``);
 that module is imported only when its benchmark runs or its table is made, so that ``fedbandit
