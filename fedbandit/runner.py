@@ -47,6 +47,19 @@ from fedbandit.runtimes import RUNTIMES
 __all__ = ["run_experiment"]
 
 
+def record_interruption(run_dir: Path, config: ExperimentConfig, manifest: dict) -> None:
+    """The manifest of a run stopped by Ctrl-C or a signal: what finished (the clients dropped
+    from it too), what is missing, and that rerunning resumes. Best effort: the interruption
+    itself is what the caller reports."""
+    manifest["stopped"] = "interrupted before every run was done: the same command resumes it"
+    manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
+    try:
+        record_failures(run_dir, config, manifest)
+        atomic_write_json(run_dir / "manifest.json", manifest)
+    except Exception as err:  # never hide the interruption behind this
+        print(f"fedbandit: could not update {run_dir / 'manifest.json'}: {err}", file=sys.stderr)
+
+
 def run_experiment(
     config: ExperimentConfig,
     out_dir: Path | None = None,
@@ -122,6 +135,7 @@ def run_experiment(
         failed, reason = err, str(err)
     except BaseException:
         remove_stale_temporaries(run_dir)  # workers have stopped: nothing is being written
+        record_interruption(run_dir, config, manifest)
         raise
     finally:
         bar.close()

@@ -2,6 +2,7 @@
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -74,13 +75,21 @@ def test_interrupted_run_is_marked_incomplete_and_resumes(tmp_path, monkeypatch)
         if spec.algorithm == "collaborative":
             raise KeyboardInterrupt
         calls.append((spec.algorithm, spec.seed))
-        return real(spec, run_dir)
+        result = real(spec, run_dir)
+        if (spec.algorithm, spec.seed) == ("fedpe", 1):  # as a seed that lost clients records it
+            path = Path(run_dir) / "runs" / "fedpe" / "seed_1.json"
+            info = json.loads(path.read_text())
+            path.write_text(json.dumps({**info, "dropped": {"4": 7, "5": 7}}))
+        return result
 
     monkeypatch.setattr(execution, "run_task", flaky)
     with pytest.raises(KeyboardInterrupt):
         runner.run_experiment(tiny(), out, workers=1, progress=False)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "incomplete"
+    assert manifest["stopped"].startswith("interrupted before every run was done")
+    assert manifest["dropped_clients"] == {"fedpe/seed_1": {"4": 7, "5": 7}}
+    assert "collaborative/seed_0" in manifest["missing_runs"]
     assert not (out / "summary.json").exists()
     assert not list(out.rglob("*.tmp"))  # no half-written file anywhere
     done = sorted(p.name for p in (out / "runs").rglob("*.json"))
