@@ -179,9 +179,14 @@ class SlowSuperLink:
         return {}
 
     def status(self, env, run_id):
+        return self.run_status(env, run_id)[0]
+
+    def run_status(self, env, run_id):
         if isinstance(self._status, Exception):
             raise self._status
-        return self._status
+        return self._status, self.details
+
+    details = ""
 
     def log_text(self, run_id, timeout=120.0):
         self.log_timeouts.append(timeout)
@@ -467,3 +472,25 @@ def test_an_unreachable_superlink_is_left_to_the_submission():
     listing.superlink = "127.0.0.1:9"
     wait_for_secure_nodes(listing, _secure_options(), clock, clock.sleep)
     assert listing.looks == 0
+
+
+def test_a_failed_run_says_why_the_superlink_ended_it(listening):
+    """A run whose ServerApp stopped reporting (its SuperLink restarted mid-run) is said to have
+    lost its ServerApp, not only to have "ended 'finished:failed'"."""
+    from fedbandit.flower.run_log import detached_state
+
+    lost = SlowSuperLink(listening, "finished:failed")
+    lost.details = "No heartbeat received from the task"  # seen after a SuperLink restart
+    error = detached_state(lost, 7).error
+    assert error.startswith("the Flower run ended 'finished:failed' mid-run: its ServerApp ")
+    assert "the SuperLink was restarted or unreachable" in error and "heartbeat" in error
+    lost.details = "Task failed because the run expired"
+    assert "mid-run: its ServerApp stopped reporting" in detached_state(lost, 7).error
+    other = SlowSuperLink(listening, "finished:failed")
+    other.details = "Task failed with unknown error."
+    assert detached_state(other, 7).error == (
+        "the Flower run ended 'finished:failed' (Flower: 'Task failed with unknown error.')"
+    )
+    assert detached_state(SlowSuperLink(listening, "finished:failed"), 7).error == (
+        "the Flower run ended 'finished:failed'"
+    )

@@ -57,7 +57,7 @@ def detached_state(submission: Submission, run_id: int) -> DetachedState:
         )
     env = submission.environment()
     try:
-        status = submission.status(env, run_id)
+        status, details = submission.run_status(env, run_id)
     except UnknownRunError:
         raise
     except DeploymentError as err:
@@ -99,5 +99,26 @@ def detached_state(submission: Submission, run_id: int) -> DetachedState:
     marked = [line.split(ERROR_MARK, 1)[1] for line in log.splitlines() if ERROR_MARK in line]
     error = marked[-1] if marked else None
     if error is None and finished and status != "finished:completed":
-        error = f"the Flower run ended {status!r}"
+        error = ended_because(status, details)
     return DetachedState(status, files, progress, error, broken, record)
+
+
+#: What the SuperLink says of a run whose ServerApp stopped reporting (Flower 1.42): its
+#: heartbeat lapsed (seen after the SuperLink was killed and restarted mid-run), or its run
+#: expired.
+SERVERAPP_LOST = ("No heartbeat received from the task", "because the run expired")
+
+
+def ended_because(status: str, details: str) -> str:
+    """Why a Flower run ended without completing, from its status and the SuperLink's details:
+    a run whose ServerApp's heartbeat lapsed lost its ServerApp mid-run (the ServerApp stops when its SuperLink
+    restarts or becomes unreachable, or was killed), which a rerun resumes."""
+    if any(said in details for said in SERVERAPP_LOST):
+        return (
+            f"the Flower run ended {status!r} mid-run: its ServerApp stopped reporting to the "
+            "SuperLink (the SuperLink was restarted or unreachable, or the ServerApp was killed; "
+            f"Flower: {details!r}); the seeds that ended are kept, rerun to do the others"
+        )
+    if details:
+        return f"the Flower run ended {status!r} (Flower: {details!r})"
+    return f"the Flower run ended {status!r}"

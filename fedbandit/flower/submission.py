@@ -244,6 +244,11 @@ class Submission:
         return {str(n["node-id"]) for n in reply.get("nodes", []) if n.get("status") == "online"}
 
     def status(self, env: dict[str, str], run_id: int) -> str:
+        """The run's Flower status (``flwr ls``), e.g. "running" or "finished:failed"."""
+        return self.run_status(env, run_id)[0]
+
+    def run_status(self, env: dict[str, str], run_id: int) -> tuple[str, str]:
+        """The run's Flower status and its details (why a run failed, as the SuperLink says)."""
         reply = json.loads(
             self.flwr(env, "ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
         )
@@ -253,7 +258,7 @@ class Submission:
                 f"the SuperLink at {self.superlink} does not know Flower run {run_id} (was it "
                 "restarted without its --state-dir?)"
             )
-        return str(runs[0]["status"])
+        return str(runs[0]["status"]), str(runs[0].get("status-details") or "")
 
     def log_tail(self, env: dict[str, str], run_id: int, lines: int = 40) -> str:
         try:
