@@ -111,8 +111,8 @@ SERVERAPP_LOST = ("No heartbeat received from the task", "because the run expire
 
 def ended_because(status: str, details: str) -> str:
     """Why a Flower run ended without completing, from its status and the SuperLink's details:
-    a run whose ServerApp's heartbeat lapsed lost its ServerApp mid-run (the ServerApp stops when its SuperLink
-    restarts or becomes unreachable, or was killed), which a rerun resumes."""
+    a run whose ServerApp's heartbeat lapsed lost its ServerApp mid-run (it stops when its
+    SuperLink restarts or becomes unreachable, or was killed); a rerun resumes it."""
     if any(said in details for said in SERVERAPP_LOST):
         return (
             f"the Flower run ended {status!r} mid-run: its ServerApp stopped reporting to the "
