@@ -43,6 +43,10 @@ from dataclasses import dataclass, replace
 import numba
 import numpy as np
 
+from fedbandit import compile_notice
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
+
 __all__ = [
     "DesignResult",
     "certificate",

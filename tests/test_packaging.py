@@ -6,12 +6,12 @@ checkout on every runtime."""
 from __future__ import annotations
 
 import ast
-import configparser
 import os
 import re
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from email.parser import Parser
 from importlib import metadata
@@ -32,7 +32,7 @@ ENV = {
 }
 
 
-#: The data packages of ``setup.cfg``: package name -> the repository's folder, its only source.
+#: The data packages of ``pyproject.toml``: package name -> the top-level folder, its only source.
 DATA_PACKAGES = {
     "fedbandit.catalogue.experiments": "experiments",
     "fedbandit.catalogue.datasets": "datasets",
@@ -92,22 +92,39 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(dist):
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     experiments = {f"experiments/{p.name}" for p in (ROOT / "experiments").glob("*.toml")}
     assert experiments <= names
-    assert {"setup.cfg", "pyproject.toml", "LICENSE", "CHANGELOG.md", "datasets/README.md"} <= names
+    assert {"pyproject.toml", "LICENSE", "CHANGELOG.md", "datasets/README.md", "PKG-INFO"} <= names
+    assert "setup.cfg" not in names
     assert "experiments/__init__.py" in names and "datasets/__init__.py" in names
     assert not [n for n in names if n.startswith("tests/experiments/") or "__pycache__" in n]
 
 
-def test_metadata_is_honest_and_twine_accepts_both_files(dist):
-    with zipfile.ZipFile(dist["wheel"]) as wheel:
+def wheel_metadata(wheel_path: Path):
+    with zipfile.ZipFile(wheel_path) as wheel:
         [name] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
-        meta = Parser().parsestr(wheel.read(name).decode())
-    assert meta["Version"] == fedbandit.__version__
-    assert meta["License"] == "Apache-2.0"
+        return Parser().parsestr(wheel.read(name).decode())
+
+
+def head_commit() -> str | None:
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def test_metadata_is_honest_and_twine_accepts_both_files(dist):
+    meta = wheel_metadata(dist["wheel"])
+    assert meta["License-Expression"] == "Apache-2.0"
     assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
-    assert {"test", "docs", "dev"} <= set(meta.get_all("Provides-Extra"))
+    assert meta["Author"] == "The fedbandit authors"
+    urls = dict(url.split(", ", 1) for url in meta.get_all("Project-URL"))
+    assert set(urls) == {"Homepage", "Documentation", "Source", "Changelog", "Issues"}
+    extras = {"simulation", "ray", "all", "test", "docs", "dev", "bench"}
+    assert extras <= set(meta.get_all("Provides-Extra"))
     runtime = [req for req in meta.get_all("Requires-Dist") if "extra ==" not in req]
-    for tool in ("pytest", "hypothesis", "sybil", "mkdocs", "ruff", "mypy"):
+    for tool in ("pytest", "hypothesis", "sybil", "mkdocs", "ruff", "mypy", "ray"):
         assert not [req for req in runtime if req.lower().startswith(tool)], tool
+    assert [req for req in runtime if req.startswith("flwr")] == ["flwr<1.43,>=1.42"]
+    assert "flwr[simulation]" in " ".join(meta.get_all("Requires-Dist"))
     done = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", *map(str, dist.values())],
         capture_output=True, text=True, timeout=120,
@@ -115,29 +132,50 @@ def test_metadata_is_honest_and_twine_accepts_both_files(dist):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_setup_cfg_declares_every_package_and_the_data_packages():
-    """``setup.cfg`` lists the packages by hand (a data package cannot be found: its folder is
-    outside ``fedbandit/``): every package of ``fedbandit/`` is listed, and each data package
+def test_the_version_names_the_commit_it_was_built_from(dist):
+    """A wheel built between releases is ``X.Y.devN+g<hash>`` (with ``.dYYYYMMDD`` when the
+    tree had uncommitted changes), the hash that of the commit it was built from; a tagged
+    release is ``X.Y.Z``. The manifest's ``git_commit`` of an installed run is read from it."""
+    from fedbandit._version import commit_of_version
+
+    assert commit_of_version("0.1.1.dev3+g1a2b3c4") == "1a2b3c4"
+    assert commit_of_version("0.1.1.dev3+g1a2b3c4.d20261207") == "1a2b3c4-dirty"
+    assert commit_of_version("0.1.0") is None
+    version = wheel_metadata(dist["wheel"])["Version"]
+    head = head_commit()
+    if head is None:
+        pytest.skip("not a git checkout")
+    commit = commit_of_version(version)
+    if commit is None:  # a release: X.Y.Z, and HEAD is its tag
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
+        return
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?\.dev\d+\+g[0-9a-f]{7,}(\.d\d{8})?", version)
+    assert head.startswith(commit.removesuffix("-dirty")), (version, head)
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_pyproject_declares_every_package_and_the_data_packages():
+    """``pyproject.toml`` lists the packages by hand (a data package cannot be found: its folder
+    is outside ``fedbandit/``): every package of ``fedbandit/`` is listed, and each data package
     maps to its top-level folder. The installed fedbandit (editable, in a checkout) reads those
-    folders in place through ``importlib.resources``."""
+    folders in place through ``importlib.resources``. No ``setup.cfg`` or ``setup.py`` remains."""
     from setuptools import find_packages
 
-    config = configparser.ConfigParser()
-    config.read(ROOT / "setup.cfg")
-    listed = config["options"]["packages"].split()
+    assert not (ROOT / "setup.cfg").exists() and not (ROOT / "setup.py").exists()
+    setuptools_table = pyproject()["tool"]["setuptools"]
+    listed = setuptools_table["packages"]
     assert len(listed) == len(set(listed))
     code = find_packages(str(ROOT), include=["fedbandit", "fedbandit.*"])
     assert set(listed) == set(code) | set(DATA_PACKAGES)
-    mapped = dict(
-        (part.strip() for part in line.split("="))
-        for line in config["options"]["package_dir"].strip().splitlines()
-    )
-    assert mapped == DATA_PACKAGES
+    assert setuptools_table["package-dir"] == DATA_PACKAGES
     for folder in DATA_PACKAGES.values():
         assert (ROOT / folder / "__init__.py").is_file(), folder
-    data = config["options.package_data"]
-    assert data["fedbandit.catalogue.experiments"].strip() == "*.toml"
-    assert data["fedbandit.catalogue.datasets"].strip() == "*.md"
+    data = setuptools_table["package-data"]
+    assert data["fedbandit.catalogue.experiments"] == ["*.toml"]
+    assert data["fedbandit.catalogue.datasets"] == ["*.md"]
     if Path(fedbandit.__file__).resolve().is_relative_to(ROOT):  # the editable install
         for folder in DATA_PACKAGES.values():
             assert shipped_folder(folder) == ROOT / folder
@@ -164,13 +202,11 @@ def imported_distributions() -> set[str]:
     return {re.sub(r"[-_.]+", "-", name).lower() for name in found}
 
 
-def declared_requirements(section: str, key: str) -> set[str]:
-    parser = configparser.ConfigParser()
-    parser.read(ROOT / "setup.cfg")
-    names = set()
-    for line in parser[section][key].strip().splitlines():
-        names.add(re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~; ]", line.strip())[0]).lower())
-    return names
+def requirement_names(requirements: list[str]) -> set[str]:
+    return {
+        re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~; ]", line.strip())[0]).lower()
+        for line in requirements
+    }
 
 
 def test_runtime_requirements_are_what_the_package_imports():
@@ -178,12 +214,15 @@ def test_runtime_requirements_are_what_the_package_imports():
     ``fedbandit bench``'s peers, the ``bench`` extra), and every run-time requirement is
     imported: test, docs and lint tools are extras."""
     imported = imported_distributions()
-    declared = declared_requirements("options", "install_requires")
-    optional = declared_requirements("options.extras_require", "bench")
+    project = pyproject()["project"]
+    declared = requirement_names(project["dependencies"])
+    extras = project["optional-dependencies"]
+    optional = requirement_names(extras["bench"] + extras["ray"])
     assert imported - declared - optional == set(), "imported but not declared"
     # Clarabel is never imported: cvxpy runs it, chosen by name for the design's reference.
     assert 'solver: str = "CLARABEL"' in (ROOT / "fedbandit" / "design.py").read_text()
     assert declared - imported == {"clarabel"}, "declared but never imported"
+    assert "ray" not in declared and "ray" in imported  # Ray: an extra, imported lazily
 
 
 def fedbandit_cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, **kwargs):
@@ -197,9 +236,8 @@ def fedbandit_cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, **kw
 def test_version_and_python_m(tmp_path):
     done = fedbandit_cli("--version", cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == f"fedbandit {fedbandit.__version__}"
-    config = configparser.ConfigParser()
-    config.read(ROOT / "setup.cfg")
-    assert config["metadata"]["version"] == "attr: fedbandit._version.__version__"
+    assert pyproject()["project"]["dynamic"] == ["version"]
+    assert "setuptools_scm" in pyproject()["tool"]
 
 
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path):

@@ -95,11 +95,14 @@ import numba
 import numpy as np
 from pydantic import Field
 
+from fedbandit import compile_notice
 from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
 from fedbandit.contextual.environment import ContextualEnvironment, round_of_step
 from fedbandit.federation.messages import Message, broadcast
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.resources import contextual_bytes_per_client
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
 
 Link = Literal["logistic", "probit"]
 Fidelity = Literal["paper", "authors_code"]

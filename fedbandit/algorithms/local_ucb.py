@@ -26,6 +26,7 @@ import numba
 import numpy as np
 from pydantic import Field
 
+from fedbandit import compile_notice
 from fedbandit.algorithms.base import (
     AlgorithmSpec,
     Hyperparameters,
@@ -36,6 +37,8 @@ from fedbandit.algorithms.base import (
 from fedbandit.environment import BanditEnvironment
 from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
 
 
 class LocalUCBParams(Hyperparameters):
