@@ -93,7 +93,7 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(dist):
     experiments = {f"experiments/{p.name}" for p in (ROOT / "experiments").glob("*.toml")}
     assert experiments <= names
     assert {"pyproject.toml", "LICENSE", "CHANGELOG.md", "datasets/README.md", "PKG-INFO"} <= names
-    assert "setup.cfg" not in names
+    assert "examples/fedbandit-example-plugin/pyproject.toml" in names
     assert "experiments/__init__.py" in names and "datasets/__init__.py" in names
     assert not [n for n in names if n.startswith("tests/experiments/") or "__pycache__" in n]
 
