@@ -6,6 +6,7 @@ checkout on every runtime."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -315,18 +316,29 @@ def test_experiment_folder_errors_are_one_line(tmp_path, argv, env, message):
 # --- slow tier: the wheel in a fresh environment ---------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def installed(dist, tmp_path_factory) -> Path:
-    """A fresh virtual environment outside the checkout with the wheel and its dependencies
-    (from the package index, through pip's cache); returns its bin folder."""
-    venv = tmp_path_factory.mktemp("venv")
+def install_wheel(wheel: Path, extras: str, venv: Path) -> Path:
+    """A fresh virtual environment outside the checkout with the wheel (and ``extras``) and its
+    dependencies (from the package index, through pip's cache); returns its bin folder."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    requirement = f"{wheel}[{extras}]" if extras else str(wheel)
     done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(dist["wheel"])],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", requirement],
         capture_output=True, text=True, timeout=1800, env=outside_env(venv / "bin"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return venv / "bin"
+
+
+@pytest.fixture(scope="module")
+def installed(dist, tmp_path_factory) -> Path:
+    """The core install (no extra: no Ray) of the wheel in a fresh environment."""
+    return install_wheel(dist["wheel"], "", tmp_path_factory.mktemp("venv"))
+
+
+@pytest.fixture(scope="module")
+def installed_with_simulation(dist, tmp_path_factory) -> Path:
+    """The wheel with its ``simulation`` extra (Flower's simulation runtime on Ray)."""
+    return install_wheel(dist["wheel"], "simulation", tmp_path_factory.mktemp("venv-sim"))
 
 
 def outside_env(bin_dir: Path) -> dict[str, str]:
@@ -347,19 +359,22 @@ def installed_cli(bin_dir: Path, *argv: str, cwd: Path, timeout: float = 600):
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
+def test_an_installed_wheel_works_from_any_folder(installed, dist, tmp_path):
     """Version, every experiment of the checkout, a run and a sweep by name, from a folder that
-    is not the checkout, with no pytest installed."""
+    is not the checkout, with neither pytest nor Ray installed (the core install)."""
+    from fedbandit._version import commit_of_version
+
     python = installed / "python"
     where = subprocess.run(
         [str(python), "-c", "import fedbandit, importlib.util as u; print(fedbandit.__file__); "
-         "print(u.find_spec('pytest') is None)"],
+         "print(u.find_spec('pytest') is None, u.find_spec('ray') is None)"],
         cwd=tmp_path, env=outside_env(installed), capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    assert not where[0].startswith(str(ROOT)) and where[1] == "True"
+    assert not where[0].startswith(str(ROOT)) and where[1:] == ["True", "True"]
 
+    wheel_version = wheel_metadata(dist["wheel"])["Version"]
     version = installed_cli(installed, "--version", cwd=tmp_path)
-    assert version.stdout.strip() == f"fedbandit {fedbandit.__version__}"
+    assert version.stdout.strip() == f"fedbandit {wheel_version}"
     listing = installed_cli(installed, "list", cwd=tmp_path)
     listed = {line.split()[0] for line in listing.stdout.splitlines() if line.strip()}
     assert {p.stem for p in (ROOT / "experiments").glob("*.toml")} <= listed
@@ -372,23 +387,33 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
         installed, "run", "fedpe_tiny", "--seeds", "1", "--out", "run", cwd=tmp_path
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    # a fresh install compiles its kernels (said once, with the time), the next command does not
+    assert run.stderr.count("fedbandit: compiling kernels (first run only) ...") == 1, run.stderr
+    assert run.stderr.count("fedbandit: kernels compiled in ") == 1, run.stderr
     for name in ("summary.json", "manifest.json", "plots/regret.png"):
         assert (tmp_path / "run" / name).is_file(), name
-    manifest = (tmp_path / "run" / "manifest.json").read_text()
-    assert f'"fedbandit": "{fedbandit.__version__}"' in manifest
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["versions"]["fedbandit"] == wheel_version, manifest["versions"]
+    assert manifest["git_commit"] == commit_of_version(wheel_version)
+    if commit_of_version(wheel_version) is not None:
+        assert (head_commit() or "").startswith(manifest["git_commit"].removesuffix("-dirty"))
 
     sweep = installed_cli(
         installed, "sweep", "fedpe_tiny", "--grid", "instance.num_clients=4,8",
         "--set", "horizon=256", "--seeds", "1", "--out", "sweep", cwd=tmp_path,
     )  # fmt: skip
     assert sweep.returncode == 0, sweep.stderr[-3000:]
+    assert "compiling kernels" not in sweep.stderr, sweep.stderr
     assert (tmp_path / "sweep" / "sweep_summary.csv").is_file()
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_runs_on_flower(installed, tmp_path, monkeypatch):
-    """The packaged Flower apps: a flower-sim run, and a deployment of the installed
-    ``fedbandit superlink`` and ``supernode`` commands, each equal to the local run."""
+def test_an_installed_wheel_runs_on_flower(
+    installed, installed_with_simulation, tmp_path, monkeypatch
+):
+    """The packaged Flower apps: a deployment of the core install's ``fedbandit superlink`` and
+    ``supernode`` commands; flower-sim refused by the core install (one line naming the extra)
+    and run by the install with the ``simulation`` extra; each equal to the local run."""
     from flower_deploy import Deployment, start_loopback
 
     for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):  # the deployment's processes inherit
@@ -398,9 +423,15 @@ def test_an_installed_wheel_runs_on_flower(installed, tmp_path, monkeypatch):
             "--set", "instance.num_clients=6", "--set", "horizon=256"]  # fmt: skip
     local = installed_cli(installed, "run", *tiny, "--out", "local", cwd=tmp_path)
     assert local.returncode == 0, local.stderr[-3000:]
+    refused = installed_cli(
+        installed, "run", *tiny, "--runtime", "flower-sim", "--out", "refused", cwd=tmp_path
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr[-3000:]
+    assert "pip install 'fedbandit[simulation]'" in refused.stderr
+    assert not (tmp_path / "refused").exists()
     sim = installed_cli(
-        installed, "run", *tiny, "--runtime", "flower-sim", "--nodes", "2", "--out", "sim",
-        cwd=tmp_path,
+        installed_with_simulation, "run", *tiny, "--runtime", "flower-sim", "--nodes", "2",
+        "--out", "sim", cwd=tmp_path,
     )  # fmt: skip
     assert sim.returncode == 0, sim.stderr[-3000:]
     deploy = Deployment(tmp_path / "deploy", command=[str(installed / "fedbandit")])
