@@ -345,7 +345,7 @@ def outside_env(bin_dir: Path) -> dict[str, str]:
     """The environment of a user of the installed wheel: nothing points back at the checkout
     (earlier tests or Ray may have put it on ``PYTHONPATH``), the venv's bin first on PATH."""
     env = {**os.environ, **{key: ENV[key] for key in ENV if key.startswith(("FLWR_", "MPL"))}}
-    for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+    for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "FEDBANDIT_COMPILE_NOTICE"):
         env.pop(key, None)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return env

@@ -836,7 +836,7 @@ def glm_bytes_per_client(problem: ProblemSpec) -> float:
     )
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 FEDGLB_UCB: AlgorithmSpec[Any] = AlgorithmSpec(
     name="fedglb_ucb",
     description="FedGLB-UCB: local ONS, log-det trigger, global AGD (Li & Wang 2022)",

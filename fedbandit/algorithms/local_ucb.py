@@ -174,7 +174,7 @@ class LocalUCBClient(ClientLogic):
         )
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 LOCAL_UCB: AlgorithmSpec[LocalUCBParams] = AlgorithmSpec(
     name="local_ucb",
     description="Every client runs UCB on its own arms (no communication)",

@@ -1,4 +1,4 @@
-"""The data fedbandit ships, as two data packages declared in ``setup.cfg``:
+"""The data fedbandit ships, as two data packages declared in ``pyproject.toml``:
 ``fedbandit.catalogue.experiments`` (the named experiments, ``*.toml``) and
 ``fedbandit.catalogue.datasets`` (the data cards, ``*.md``). Their source is the repository's
 top-level ``experiments/`` and ``datasets/`` folders, mapped here by ``package_dir``; an editable
