@@ -1,10 +1,10 @@
-"""The core install: fedbandit without Ray (the ``simulation`` and ``ray`` extras absent) runs the
-in-process simulator, and asking for a part that needs Ray is one line naming the extra, exit 2;
-and numba's compilation of the kernels is said once, then not repeated by the next process.
+"""The core install: fedbandit without its extras (no Ray, no cvxpy) runs the in-process
+simulator, and asking for a part that needs an extra is one line naming it, exit 2; and numba's
+compilation of the kernels is said once, then not repeated by the next process.
 
-Ray is made absent by a meta-path finder that fails every ``import ray`` in the subprocess, so the
-checkout's full environment stands in for a core install (the slow tier installs the real one:
-``tests/test_packaging.py``)."""
+The extras are made absent by a meta-path finder that fails their imports in the subprocess, so
+the checkout's full environment stands in for a core install (the slow tier installs the real
+one: ``tests/test_packaging.py``)."""
 
 from __future__ import annotations
 
@@ -17,22 +17,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Runs ``python -m fedbandit ARGS`` with every import of Ray failing, as when it is not installed.
-WITHOUT_RAY = """
+#: Runs ``python -m fedbandit ARGS`` with every import of an extra's package failing, as when
+#: it is not installed.
+WITHOUT_EXTRAS = """
 import runpy, sys
 
-class NoRay:
+EXTRAS = ("ray", "cvxpy", "clarabel", "mabwiser")
+
+class NoExtras:
     def find_spec(self, name, path=None, target=None):
-        if name == "ray" or name.startswith("ray."):
+        if name.split(".")[0] in EXTRAS:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
-sys.meta_path.insert(0, NoRay())
+sys.meta_path.insert(0, NoExtras())
 if sys.argv[1] == "--check-imports":
     import fedbandit, fedbandit.api, fedbandit.runner, fedbandit.runtimes, fedbandit.cli
     import fedbandit.runs.sweeps, fedbandit.executors.ray_executor, fedbandit.flower.simulation
-    assert "ray" not in sys.modules
-    print("imported without ray")
+    import fedbandit.design, fedbandit.bench.design
+    assert not set(EXTRAS) & set(sys.modules)
+    print("imported without the extras")
 else:
     sys.argv = ["fedbandit", *sys.argv[1:]]
     runpy.run_module("fedbandit", run_name="__main__")
@@ -52,17 +56,18 @@ def environment(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def without_ray(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def without_extras(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", WITHOUT_RAY, *argv],
+        [sys.executable, "-c", WITHOUT_EXTRAS, *argv],
         cwd=cwd, env=environment(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
 
-def test_fedbandit_imports_and_runs_in_process_without_ray(tmp_path):
-    imported = without_ray("--check-imports", cwd=tmp_path)
-    assert imported.returncode == 0 and "imported without ray" in imported.stdout, imported.stderr
-    run = without_ray(
+def test_fedbandit_imports_and_runs_in_process_without_the_extras(tmp_path):
+    imported = without_extras("--check-imports", cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    assert "imported without the extras" in imported.stdout
+    run = without_extras(
         "run", "fedpe_tiny", "--seeds", "1", "--set", "horizon=256", "--out", "run", "--quiet",
         cwd=tmp_path,
     )  # fmt: skip
@@ -76,13 +81,14 @@ def test_fedbandit_imports_and_runs_in_process_without_ray(tmp_path):
         (["run", "fedpe_tiny", "--runtime", "flower-sim", "--out", "out"], "simulation"),
         (["sweep", "fedpe_tiny", "--executor", "ray", "--out", "out"], "ray"),
         (["bench", "flowersim", "--quick"], "simulation"),
+        (["bench", "design", "--quick"], "bench"),
     ],
 )
-def test_a_part_that_needs_ray_names_its_extra(tmp_path, argv, extra):
-    done = without_ray(*argv, cwd=tmp_path)
+def test_a_part_that_needs_an_extra_names_it(tmp_path, argv, extra):
+    done = without_extras(*argv, cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith("fedbandit: error: ") and "needs ray" in done.stderr
+    assert done.stderr.startswith("fedbandit: error: ") and "which is not installed" in done.stderr
     assert f"pip install 'fedbandit[{extra}]'" in done.stderr
     assert not (tmp_path / "out").exists()
 

@@ -52,8 +52,8 @@ def _declared(group: str) -> dict[str, str]:
     ],
 )
 def test_builtins_are_found_as_entry_points_like_plugins(group, lookup):
-    """Every built-in is an entry point of the fedbandit distribution, declared in pyproject.toml (an
-    installed copy whose metadata predates a declaration would fail here: reinstall)."""
+    """Every built-in is an entry point of the fedbandit distribution, declared in pyproject.toml
+    (an installed copy whose metadata predates a declaration would fail here: reinstall)."""
     declared = _declared(group)
     found = lookup()
     builtin = {name for name, origin in found.origins.items() if origin == "fedbandit"}
