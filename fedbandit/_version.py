@@ -1,27 +1,20 @@
-"""The version of fedbandit, as setuptools-scm derived it from git when the package was built or
-installed: ``X.Y.Z`` for a tagged release, ``X.Y.Z.devN+g<hash>`` for a commit after one (the
-hash names the commit), ``...dYYYYMMDD`` added when the tree had uncommitted changes.
-
-``fedbandit/_scm_version.py`` is written by the build (``[tool.setuptools_scm]`` in
-``pyproject.toml``) and not tracked; without it (a source tree used on ``PYTHONPATH`` without
-being installed) the installed distribution's metadata is read, and failing that the version says
-it is unknown. The command line's ``--version`` and every run's manifest report it."""
+"""The version of fedbandit: the installed distribution's, which setuptools-scm derived from git
+when the package was built or installed (``[tool.setuptools_scm]`` in ``pyproject.toml``):
+``X.Y.Z`` for a tagged release, ``X.Y.Z.devN+g<hash>`` for a commit after one (the hash names
+the commit), ``.dYYYYMMDD`` added when the tree had uncommitted changes. A source tree used
+without being installed says its version is unknown. The command line's ``--version`` and every
+run's manifest report it."""
 
 from __future__ import annotations
 
-import importlib
 import re
 from importlib import metadata
 
-#: The version when neither the build's file nor an installed distribution says (PEP 440).
+#: The version when no installed distribution says (PEP 440).
 UNKNOWN_VERSION = "0+unknown"
 
 
 def _read_version() -> str:
-    try:  # imported by name: the file exists only after a build or an install
-        return str(importlib.import_module("fedbandit._scm_version").version)
-    except ImportError:
-        pass
     try:
         return metadata.version("fedbandit")
     except metadata.PackageNotFoundError:

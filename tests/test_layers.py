@@ -23,7 +23,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "ground: mathematics and plumbing",
         (
             "fedbandit._version",
-            "fedbandit._scm_version",  # written by the build (setuptools-scm), not tracked
             "fedbandit.compile_notice",
             "fedbandit.errors",
             "fedbandit.rng",
