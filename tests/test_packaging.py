@@ -402,7 +402,7 @@ def test_an_installed_wheel_works_from_any_folder(installed, dist, tmp_path):
     for name in ("summary.json", "manifest.json", "plots/regret.png"):
         assert (tmp_path / "run" / name).is_file(), name
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["versions"]["fedbandit"] == wheel_version, manifest["versions"]
+    assert manifest["packages"]["fedbandit"] == wheel_version, manifest["packages"]
     assert manifest["git_commit"] == commit_of_version(wheel_version)
     if commit_of_version(wheel_version) is not None:
         assert (head_commit() or "").startswith(manifest["git_commit"].removesuffix("-dirty"))
