@@ -244,8 +244,14 @@ def fedbandit_cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, **kw
 
 
 def test_version_and_python_m(tmp_path):
+    """``--version`` is the installed distribution's version, read in the same environment (a
+    build in the checkout may have refreshed its metadata since this process started)."""
     done = fedbandit_cli("--version", cwd=tmp_path)
-    assert done.returncode == 0 and done.stdout.strip() == f"fedbandit {fedbandit.__version__}"
+    version = subprocess.run(
+        [sys.executable, "-c", "import importlib.metadata as m; print(m.version('fedbandit'))"],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == f"fedbandit {version}"
     assert pyproject()["project"]["dynamic"] == ["version"]
     assert "setuptools_scm" in pyproject()["tool"]
 
