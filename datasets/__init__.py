@@ -1,2 +1,2 @@
 """The data cards shipped with fedbandit, installed as the data package
-``fedbandit.catalogue.datasets`` (``setup.cfg``); this file only makes the folder a package."""
+``fedbandit.catalogue.datasets`` (``pyproject.toml``); this file only makes the folder a package."""

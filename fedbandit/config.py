@@ -33,7 +33,7 @@ EXPERIMENTS_VARIABLE = "FEDBANDIT_EXPERIMENTS"
 
 def shipped_folder(name: str) -> Path:
     """A folder of data fedbandit ships (``experiments`` or ``datasets``): the data package
-    ``fedbandit.catalogue.NAME`` (declared in ``setup.cfg``), read through
+    ``fedbandit.catalogue.NAME`` (declared in ``pyproject.toml``), read through
     ``importlib.resources``. An editable install finds the repository's top-level folder, the one
     source; an installed wheel its copy inside the package."""
     folder = resources.files(f"fedbandit.catalogue.{name}")

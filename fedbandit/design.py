@@ -43,6 +43,11 @@ from dataclasses import dataclass, replace
 import numba
 import numpy as np
 
+from fedbandit import compile_notice
+from fedbandit.errors import import_extra
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
+
 __all__ = [
     "DesignResult",
     "certificate",
@@ -741,7 +746,7 @@ def solve_design_cvxpy(
     rows renormalised, then the certificate is computed exactly as for the fast solver
     (``converged`` means certificate <= tol; ``iterations`` are the conic solver's).
     """
-    import cvxpy as cp
+    cp = import_extra("cvxpy", extra="bench", needed_by="the design's conic reference (cvxpy)")
 
     start = time.perf_counter()
     prob = _prepare(vectors, active, group, rtol)

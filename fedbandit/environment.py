@@ -25,11 +25,14 @@ from typing import TYPE_CHECKING
 import numba
 import numpy as np
 
+from fedbandit import compile_notice
 from fedbandit.group_environment import GroupEnvironment, RegretRecord
 from fedbandit.privacy import CLIP_TOLERANCE
 from fedbandit.rng import REWARD_DOMAIN
 from fedbandit.streams import ClientStreams, _normals, _output, _step
 from fedbandit.threads import kernel_threads
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
 
 if TYPE_CHECKING:
     from fedbandit.instances import LinearBanditInstance

@@ -6,7 +6,10 @@ Raise the type of the layer that found the problem; catch ``FedbanditError`` to 
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,6 +22,37 @@ class FedbanditError(Exception):
 
 class ConfigError(FedbanditError, ValueError):
     """An experiment file, a ``--set`` override, an argument or a registry name is wrong."""
+
+
+class MissingExtraError(ConfigError):
+    """A part of fedbandit that needs an optional extra (Ray) which is not installed."""
+
+
+def _missing_extra(missing: str, extra: str, needed_by: str) -> MissingExtraError:
+    return MissingExtraError(
+        f"{needed_by} needs {missing}, which is not installed: pip install 'fedbandit[{extra}]'"
+    )
+
+
+def import_extra(module: str, *, extra: str, needed_by: str) -> ModuleType:
+    """``module`` imported, or ``MissingExtraError`` naming the extra that installs it:
+    ``import_extra("ray", extra="simulation", needed_by="--runtime flower-sim")``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise _missing_extra(err.name or module, extra, needed_by) from None
+
+
+def require_extra(module: str, *, extra: str, needed_by: str) -> None:
+    """``MissingExtraError`` (as ``import_extra``) unless ``module`` can be imported; checked
+    without importing it, so that a command can refuse up front and import it later, after
+    setting the environment it reads at import."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ImportError:
+        found = False
+    if not found:
+        raise _missing_extra(module, extra, needed_by)
 
 
 class DataError(FedbanditError, ValueError):

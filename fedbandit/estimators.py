@@ -11,6 +11,10 @@ import math
 import numba
 import numpy as np
 
+from fedbandit import compile_notice
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
+
 #: Design weights below this are "not pulled" (ceil would otherwise turn round-off into a pull).
 WEIGHT_FLOOR = 1e-10
 

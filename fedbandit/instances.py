@@ -241,7 +241,7 @@ def synthetic(params: SyntheticParams) -> LinearBanditInstance:
     )
 
 
-#: The instance kinds defined here, declared in ``setup.cfg`` under ``fedbandit.instances``.
+#: The instance kinds defined here, declared in ``pyproject.toml`` under ``fedbandit.instances``.
 PAPER_SYNTHETIC = InstanceKindSpec(
     "paper_synthetic",
     PaperSyntheticParams,

@@ -1,6 +1,6 @@
 """What is registered: algorithms and instance kinds, built in and from plugins, all found the
-same way: as entry points. fedbandit declares its own in ``setup.cfg``; a plugin is an installed
-Python package that declares entry points (``pyproject.toml``)::
+same way: as entry points. fedbandit declares its own in its ``pyproject.toml``; a plugin is an
+installed Python package that declares entry points (``pyproject.toml``)::
 
     [project.entry-points."fedbandit.algorithms"]
     fed_ucb = "my_package:FED_UCB"          # an AlgorithmSpec

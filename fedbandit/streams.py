@@ -30,6 +30,10 @@ from numba.np.random._constants import (  # NumPy's ziggurat tables, as numba sh
     ziggurat_nor_r,
 )
 
+from fedbandit import compile_notice
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
+
 _MASK32 = 0xFFFFFFFF
 # SeedSequence's constants (numpy/random/bit_generator.pyx).
 _INIT_A, _MULT_A = 0x43B0D7E5, 0x931E8875

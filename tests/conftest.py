@@ -4,6 +4,9 @@ from pathlib import Path
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+# The suite compiles kernels in many processes; the line that says so is tested where it matters
+# (tests/test_install_core.py, the wheel in tests/test_packaging.py), silent elsewhere.
+os.environ.setdefault("FEDBANDIT_COMPILE_NOTICE", "off")
 
 #: The tiny experiments the tests run by name: fixtures, not part of the shipped catalogue.
 #: Set for the whole session (the commands the tests start inherit it); a test that sets

@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "ground: mathematics and plumbing",
         (
             "fedbandit._version",
+            "fedbandit.compile_notice",
             "fedbandit.errors",
             "fedbandit.rng",
             "fedbandit.state",

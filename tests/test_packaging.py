@@ -6,12 +6,13 @@ checkout on every runtime."""
 from __future__ import annotations
 
 import ast
-import configparser
+import json
 import os
 import re
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from email.parser import Parser
 from importlib import metadata
@@ -33,7 +34,7 @@ ENV = {
 }
 
 
-#: The data packages of ``setup.cfg``: package name -> the repository's folder, its only source.
+#: The data packages of ``pyproject.toml``: package name -> the top-level folder, its only source.
 DATA_PACKAGES = {
     "fedbandit.catalogue.experiments": "experiments",
     "fedbandit.catalogue.datasets": "datasets",
@@ -96,7 +97,8 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(dist):
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     experiments = {f"experiments/{p.name}" for p in (ROOT / "experiments").glob("*.toml")}
     assert experiments <= names
-    assert {"setup.cfg", "pyproject.toml", "LICENSE", "CHANGELOG.md", "datasets/README.md"} <= names
+    assert {"pyproject.toml", "LICENSE", "CHANGELOG.md", "datasets/README.md", "PKG-INFO"} <= names
+    assert "examples/fedbandit-example-plugin/pyproject.toml" in names
     assert "experiments/__init__.py" in names and "datasets/__init__.py" in names
     assert not [n for n in names if n.startswith("tests/experiments/") or "__pycache__" in n]
     # The worked example of a plugin (the docs tell how to get it from here) and what to cite.
@@ -110,17 +112,33 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(dist):
     assert not [n for n in names if n.startswith("examples/") and n.endswith(".pyc")]
 
 
-def test_metadata_is_honest_and_twine_accepts_both_files(dist):
-    with zipfile.ZipFile(dist["wheel"]) as wheel:
+def wheel_metadata(wheel_path: Path):
+    with zipfile.ZipFile(wheel_path) as wheel:
         [name] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
-        meta = Parser().parsestr(wheel.read(name).decode())
-    assert meta["Version"] == fedbandit.__version__
-    assert meta["License"] == "Apache-2.0"
+        return Parser().parsestr(wheel.read(name).decode())
+
+
+def head_commit() -> str | None:
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def test_metadata_is_honest_and_twine_accepts_both_files(dist):
+    meta = wheel_metadata(dist["wheel"])
+    assert meta["License-Expression"] == "Apache-2.0"
     assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
-    assert {"test", "docs", "dev"} <= set(meta.get_all("Provides-Extra"))
+    assert meta["Author"] == "The fedbandit authors"
+    urls = dict(url.split(", ", 1) for url in meta.get_all("Project-URL"))
+    assert set(urls) == {"Homepage", "Documentation", "Source", "Changelog", "Issues"}
+    extras = {"simulation", "ray", "all", "test", "docs", "dev", "bench"}
+    assert extras <= set(meta.get_all("Provides-Extra"))
     runtime = [req for req in meta.get_all("Requires-Dist") if "extra ==" not in req]
-    for tool in ("pytest", "hypothesis", "sybil", "mkdocs", "ruff", "mypy"):
+    for tool in ("pytest", "hypothesis", "sybil", "mkdocs", "ruff", "mypy", "ray"):
         assert not [req for req in runtime if req.lower().startswith(tool)], tool
+    assert [req for req in runtime if req.startswith("flwr")] == ["flwr<1.43,>=1.42"]
+    assert "flwr[simulation]" in " ".join(meta.get_all("Requires-Dist"))
     done = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", *map(str, dist.values())],
         capture_output=True, text=True, timeout=120,
@@ -128,30 +146,51 @@ def test_metadata_is_honest_and_twine_accepts_both_files(dist):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_setup_cfg_declares_every_package_and_the_data_packages():
-    """``setup.cfg`` lists the packages by hand (a data package cannot be found: its folder is
-    outside ``fedbandit/``): every package of ``fedbandit/`` is listed, and each data package
+def test_the_version_names_the_commit_it_was_built_from(dist):
+    """A wheel built between releases is ``X.Y.devN+g<hash>`` (with ``.dYYYYMMDD`` when the
+    tree had uncommitted changes), the hash that of the commit it was built from; a tagged
+    release is ``X.Y.Z``. The manifest's ``git_commit`` of an installed run is read from it."""
+    from fedbandit._version import commit_of_version
+
+    assert commit_of_version("0.1.1.dev3+g1a2b3c4") == "1a2b3c4"
+    assert commit_of_version("0.1.1.dev3+g1a2b3c4.d20261207") == "1a2b3c4-dirty"
+    assert commit_of_version("0.1.0") is None
+    version = wheel_metadata(dist["wheel"])["Version"]
+    head = head_commit()
+    if head is None:
+        pytest.skip("not a git checkout")
+    commit = commit_of_version(version)
+    if commit is None:  # a release: X.Y.Z, and HEAD is its tag
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
+        return
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?\.dev\d+\+g[0-9a-f]{7,}(\.d\d{8})?", version)
+    assert head.startswith(commit.removesuffix("-dirty")), (version, head)
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_pyproject_declares_every_package_and_the_data_packages():
+    """``pyproject.toml`` lists the packages by hand (a data package cannot be found: its folder
+    is outside ``fedbandit/``): every package of ``fedbandit/`` is listed, and each data package
     maps to its top-level folder. The installed fedbandit (editable, in a checkout) reads those
-    folders in place through ``importlib.resources``."""
+    folders in place through ``importlib.resources``. No ``setup.cfg`` or ``setup.py`` remains."""
     from setuptools import find_packages
 
-    config = configparser.ConfigParser()
-    config.read(ROOT / "setup.cfg")
-    listed = config["options"]["packages"].split()
+    assert not (ROOT / "setup.cfg").exists() and not (ROOT / "setup.py").exists()
+    setuptools_table = pyproject()["tool"]["setuptools"]
+    listed = setuptools_table["packages"]
     assert len(listed) == len(set(listed))
     code = find_packages(str(ROOT), include=["fedbandit", "fedbandit.*"])
     assert set(listed) == set(code) | set(DATA_PACKAGES)
-    mapped = dict(
-        (part.strip() for part in line.split("="))
-        for line in config["options"]["package_dir"].strip().splitlines()
-    )
-    assert mapped == DATA_PACKAGES
+    assert setuptools_table["package-dir"] == DATA_PACKAGES
     for folder in DATA_PACKAGES.values():
         assert (ROOT / folder / "__init__.py").is_file(), folder
-    data = config["options.package_data"]
-    assert data["fedbandit.catalogue.experiments"].strip() == "*.toml"
-    assert data["fedbandit.catalogue.datasets"].strip() == "*.md"
-    assert data["fedbandit.catalogue.docs"].strip() == "*.md, **/*.md"
+    data = setuptools_table["package-data"]
+    assert data["fedbandit.catalogue.experiments"] == ["*.toml"]
+    assert data["fedbandit.catalogue.datasets"] == ["*.md"]
+    assert data["fedbandit.catalogue.docs"] == ["*.md", "**/*.md"]
     if Path(fedbandit.__file__).resolve().is_relative_to(ROOT):  # the editable install
         for folder in ("experiments", "datasets"):
             assert shipped_folder(folder) == ROOT / folder
@@ -161,7 +200,7 @@ def test_setup_cfg_declares_every_package_and_the_data_packages():
 
 def imported_distributions() -> set[str]:
     """The distributions of every third-party module that fedbandit's source imports (at module
-    level or inside a function)."""
+    level or inside a function, or an extra's through ``import_extra`` / ``require_extra``)."""
     owners = metadata.packages_distributions()
     found = set()
     for path in (ROOT / "fedbandit").rglob("*.py"):
@@ -170,6 +209,13 @@ def imported_distributions() -> set[str]:
                 modules = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 modules = [node.module]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("import_extra", "require_extra")
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                modules = [node.args[0].value]
             else:
                 continue
             for module in modules:
@@ -180,13 +226,11 @@ def imported_distributions() -> set[str]:
     return {re.sub(r"[-_.]+", "-", name).lower() for name in found}
 
 
-def declared_requirements(section: str, key: str) -> set[str]:
-    parser = configparser.ConfigParser()
-    parser.read(ROOT / "setup.cfg")
-    names = set()
-    for line in parser[section][key].strip().splitlines():
-        names.add(re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~; ]", line.strip())[0]).lower())
-    return names
+def requirement_names(requirements: list[str]) -> set[str]:
+    return {
+        re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~; ]", line.strip())[0]).lower()
+        for line in requirements
+    }
 
 
 def test_runtime_requirements_are_what_the_package_imports():
@@ -194,12 +238,17 @@ def test_runtime_requirements_are_what_the_package_imports():
     ``fedbandit bench``'s peers, the ``bench`` extra), and every run-time requirement is
     imported: test, docs and lint tools are extras."""
     imported = imported_distributions()
-    declared = declared_requirements("options", "install_requires")
-    optional = declared_requirements("options.extras_require", "bench")
+    project = pyproject()["project"]
+    declared = requirement_names(project["dependencies"])
+    extras = project["optional-dependencies"]
+    optional = requirement_names(extras["bench"] + extras["ray"])
     assert imported - declared - optional == set(), "imported but not declared"
+    assert declared - imported == set(), "declared but never imported"
     # Clarabel is never imported: cvxpy runs it, chosen by name for the design's reference.
     assert 'solver: str = "CLARABEL"' in (ROOT / "fedbandit" / "design.py").read_text()
-    assert declared - imported == {"clarabel"}, "declared but never imported"
+    assert optional - imported == {"clarabel"}, "an extra's requirement never imported"
+    # Ray and cvxpy: extras, imported lazily (tests/test_install_core.py runs without Ray)
+    assert {"ray", "cvxpy"} & declared == set() and {"ray", "cvxpy"} <= imported
 
 
 def fedbandit_cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, **kwargs):
@@ -211,11 +260,16 @@ def fedbandit_cli(*argv: str, cwd: Path, env: dict[str, str] | None = None, **kw
 
 
 def test_version_and_python_m(tmp_path):
+    """``--version`` is the installed distribution's version, read in the same environment (a
+    build in the checkout may have refreshed its metadata since this process started)."""
     done = fedbandit_cli("--version", cwd=tmp_path)
-    assert done.returncode == 0 and done.stdout.strip() == f"fedbandit {fedbandit.__version__}"
-    config = configparser.ConfigParser()
-    config.read(ROOT / "setup.cfg")
-    assert config["metadata"]["version"] == "attr: fedbandit._version.__version__"
+    version = subprocess.run(
+        [sys.executable, "-c", "import importlib.metadata as m; print(m.version('fedbandit'))"],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == f"fedbandit {version}"
+    assert pyproject()["project"]["dynamic"] == ["version"]
+    assert "setuptools_scm" in pyproject()["tool"]
 
 
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
@@ -293,25 +347,36 @@ def test_experiment_folder_errors_are_one_line(tmp_path, argv, env, message):
 # --- slow tier: the wheel in a fresh environment ---------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def installed(dist, tmp_path_factory) -> Path:
-    """A fresh virtual environment outside the checkout with the wheel and its dependencies
-    (from the package index, through pip's cache); returns its bin folder."""
-    venv = tmp_path_factory.mktemp("venv")
+def install_wheel(wheel: Path, extras: str, venv: Path) -> Path:
+    """A fresh virtual environment outside the checkout with the wheel (and ``extras``) and its
+    dependencies (from the package index, through pip's cache); returns its bin folder."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    requirement = f"{wheel}[{extras}]" if extras else str(wheel)
     done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(dist["wheel"])],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", requirement],
         capture_output=True, text=True, timeout=1800, env=outside_env(venv / "bin"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return venv / "bin"
 
 
+@pytest.fixture(scope="module")
+def installed(dist, tmp_path_factory) -> Path:
+    """The core install (no extra: no Ray) of the wheel in a fresh environment."""
+    return install_wheel(dist["wheel"], "", tmp_path_factory.mktemp("venv"))
+
+
+@pytest.fixture(scope="module")
+def installed_with_simulation(dist, tmp_path_factory) -> Path:
+    """The wheel with its ``simulation`` extra (Flower's simulation runtime on Ray)."""
+    return install_wheel(dist["wheel"], "simulation", tmp_path_factory.mktemp("venv-sim"))
+
+
 def outside_env(bin_dir: Path) -> dict[str, str]:
     """The environment of a user of the installed wheel: nothing points back at the checkout
     (earlier tests or Ray may have put it on ``PYTHONPATH``), the venv's bin first on PATH."""
     env = {**os.environ, **{key: ENV[key] for key in ENV if key.startswith(("FLWR_", "MPL"))}}
-    for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+    for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "FEDBANDIT_COMPILE_NOTICE"):
         env.pop(key, None)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return env
@@ -325,19 +390,22 @@ def installed_cli(bin_dir: Path, *argv: str, cwd: Path, timeout: float = 600):
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
+def test_an_installed_wheel_works_from_any_folder(installed, dist, tmp_path):
     """Version, every experiment of the checkout, a run and a sweep by name, from a folder that
-    is not the checkout, with no pytest installed."""
+    is not the checkout, with neither pytest nor Ray installed (the core install)."""
+    from fedbandit._version import commit_of_version
+
     python = installed / "python"
     where = subprocess.run(
         [str(python), "-c", "import fedbandit, importlib.util as u; print(fedbandit.__file__); "
-         "print(u.find_spec('pytest') is None)"],
+         "print(u.find_spec('pytest') is None, u.find_spec('ray') is None)"],
         cwd=tmp_path, env=outside_env(installed), capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    assert not where[0].startswith(str(ROOT)) and where[1] == "True"
+    assert not where[0].startswith(str(ROOT)) and where[1:] == ["True", "True"]
 
+    wheel_version = wheel_metadata(dist["wheel"])["Version"]
     version = installed_cli(installed, "--version", cwd=tmp_path)
-    assert version.stdout.strip() == f"fedbandit {fedbandit.__version__}"
+    assert version.stdout.strip() == f"fedbandit {wheel_version}"
     listing = installed_cli(installed, "list", cwd=tmp_path)
     listed = {line.split()[0] for line in listing.stdout.splitlines() if line.strip()}
     assert {p.stem for p in (ROOT / "experiments").glob("*.toml")} <= listed
@@ -361,10 +429,16 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
         installed, "run", "fedpe_tiny", "--seeds", "1", "--out", "run", cwd=tmp_path
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    # a fresh install compiles its kernels (said once, with the time), the next command does not
+    assert run.stderr.count("fedbandit: compiling kernels (first run only) ...") == 1, run.stderr
+    assert run.stderr.count("fedbandit: kernels compiled in ") == 1, run.stderr
     for name in ("summary.json", "manifest.json", "plots/regret.png"):
         assert (tmp_path / "run" / name).is_file(), name
-    manifest = (tmp_path / "run" / "manifest.json").read_text()
-    assert f'"fedbandit": "{fedbandit.__version__}"' in manifest
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["packages"]["fedbandit"] == wheel_version, manifest["packages"]
+    assert manifest["git_commit"] == commit_of_version(wheel_version)
+    if commit_of_version(wheel_version) is not None:
+        assert (head_commit() or "").startswith(manifest["git_commit"].removesuffix("-dirty"))
     assert "@software{fedbandit," in (tmp_path / "run" / "CITATIONS.bib").read_text()
 
     sweep = installed_cli(
@@ -372,13 +446,17 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
         "--set", "horizon=256", "--seeds", "1", "--out", "sweep", cwd=tmp_path,
     )  # fmt: skip
     assert sweep.returncode == 0, sweep.stderr[-3000:]
+    assert "compiling kernels" not in sweep.stderr, sweep.stderr
     assert (tmp_path / "sweep" / "sweep_summary.csv").is_file()
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_runs_on_flower(installed, tmp_path, monkeypatch):
-    """The packaged Flower apps: a flower-sim run, and a deployment of the installed
-    ``fedbandit superlink`` and ``supernode`` commands, each equal to the local run."""
+def test_an_installed_wheel_runs_on_flower(
+    installed, installed_with_simulation, tmp_path, monkeypatch
+):
+    """The packaged Flower apps: a deployment of the core install's ``fedbandit superlink`` and
+    ``supernode`` commands; flower-sim refused by the core install (one line naming the extra)
+    and run by the install with the ``simulation`` extra; each equal to the local run."""
     from flower_deploy import Deployment, start_loopback
 
     for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):  # the deployment's processes inherit
@@ -388,9 +466,15 @@ def test_an_installed_wheel_runs_on_flower(installed, tmp_path, monkeypatch):
             "--set", "instance.num_clients=6", "--set", "horizon=256"]  # fmt: skip
     local = installed_cli(installed, "run", *tiny, "--out", "local", cwd=tmp_path)
     assert local.returncode == 0, local.stderr[-3000:]
+    refused = installed_cli(
+        installed, "run", *tiny, "--runtime", "flower-sim", "--out", "refused", cwd=tmp_path
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr[-3000:]
+    assert "pip install 'fedbandit[simulation]'" in refused.stderr
+    assert not (tmp_path / "refused").exists()
     sim = installed_cli(
-        installed, "run", *tiny, "--runtime", "flower-sim", "--nodes", "2", "--out", "sim",
-        cwd=tmp_path,
+        installed_with_simulation, "run", *tiny, "--runtime", "flower-sim", "--nodes", "2",
+        "--out", "sim", cwd=tmp_path,
     )  # fmt: skip
     assert sim.returncode == 0, sim.stderr[-3000:]
     deploy = Deployment(tmp_path / "deploy", command=[str(installed / "fedbandit")])

@@ -116,7 +116,8 @@ def test_user_errors_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DeploymentError, match=f"127.0.0.1:{port}.*ray start --head"):
         run_on_ray(tasks, lambda spec, files: None, address=f"127.0.0.1:{port}")
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
-    with pytest.raises(ConfigError, match="needs Ray"):
+    missing = r"needs ray, which is not installed: pip install 'fedbandit\[ray\]'"
+    with pytest.raises(ConfigError, match=missing):
         run_on_ray(tasks, lambda spec, files: None)
 
 

@@ -37,13 +37,11 @@ def test_builtins_are_registered_with_descriptions_and_schemas():
 
 
 def _declared(group: str) -> dict[str, str]:
-    """setup.cfg's entry points of ``group``: name -> "module:attribute"."""
-    import configparser
+    """pyproject.toml's entry points of ``group``: name -> "module:attribute"."""
+    import tomllib
 
-    parser = configparser.ConfigParser()
-    parser.read(Path(__file__).resolve().parents[1] / "setup.cfg")
-    lines = parser["options.entry_points"][group].strip().splitlines()
-    return dict(tuple(part.strip() for part in line.split("=")) for line in lines)
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    return dict(tomllib.loads(text)["project"]["entry-points"][group])
 
 
 @pytest.mark.parametrize(
@@ -54,8 +52,8 @@ def _declared(group: str) -> dict[str, str]:
     ],
 )
 def test_builtins_are_found_as_entry_points_like_plugins(group, lookup):
-    """Every built-in is an entry point of the fedbandit distribution, declared in setup.cfg (an
-    installed copy whose metadata predates a declaration would fail here: reinstall)."""
+    """Every built-in is an entry point of the fedbandit distribution, declared in pyproject.toml
+    (an installed copy whose metadata predates a declaration would fail here: reinstall)."""
     declared = _declared(group)
     found = lookup()
     builtin = {name for name, origin in found.origins.items() if origin == "fedbandit"}

@@ -1,5 +1,5 @@
 """fedbandit's own algorithms, one module per family; each module defines its registry entries
-(``AlgorithmSpec`` constants) at its end, and ``setup.cfg`` declares them under the
+(``AlgorithmSpec`` constants) at its end, and ``pyproject.toml`` declares them under the
 ``fedbandit.algorithms`` entry-point group exactly as a plugin declares its own.
 
 - ``phased_elimination``: Fed-PE (``fedpe``, ``fedpe_shared``), Enhanced Fed-PE, Collaborative;

@@ -882,7 +882,7 @@ def federated_ridge_spec(
     )
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 DISLINUCB = federated_ridge_spec(
     "dislinucb",
     "DisLinUCB: log-det sync trigger (Wang et al. 2020)",

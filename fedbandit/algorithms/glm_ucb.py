@@ -95,12 +95,15 @@ import numba
 import numpy as np
 from pydantic import Field
 
+from fedbandit import compile_notice
 from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
 from fedbandit.contextual.environment import ContextualEnvironment, round_of_step
 from fedbandit.federation.messages import Message, broadcast
 from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.resources import contextual_bytes_per_client
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
 
 Link = Literal["logistic", "probit"]
 Fidelity = Literal["paper", "authors_code"]
@@ -834,7 +837,7 @@ def glm_bytes_per_client(problem: ProblemSpec) -> float:
     )
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 FEDGLB_UCB: AlgorithmSpec[Any] = AlgorithmSpec(
     name="fedglb_ucb",
     description="FedGLB-UCB: local ONS, log-det trigger, global AGD (Li & Wang 2022)",

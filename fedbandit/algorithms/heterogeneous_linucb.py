@@ -246,7 +246,7 @@ class HLinUCBClient(FederatedRidgeClientBase):
         return reply.kind == "trigger" and not reply.fields["trigger"].any()
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``. The server is DisLinUCB's: any
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``. The server is DisLinUCB's: any
 #: trigger starts a collect, after which every client downloads the new shared statistics.
 HLINUCB: Any = federated_ridge_spec(
     "hlinucb",

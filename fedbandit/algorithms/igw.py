@@ -374,7 +374,7 @@ class FedIGWServer(ServerLogic):
         return {"epochs_trained": self.epochs_trained, "last_gamma": self.gamma}
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 FEDIGW: AlgorithmSpec[Any] = AlgorithmSpec(
     name="fedigw",
     description="FedIGW: inverse gap weighting on a FedAvg-trained oracle, doubling epochs",

@@ -230,7 +230,7 @@ def local_ridge_spec(
     )
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 LINUCB_D = local_ridge_spec(
     "linucb_d",
     "LinUCB-d: self-normalised radius, delta_t = 1/t^2 (Wu et al. 2020)",

@@ -26,6 +26,7 @@ import numba
 import numpy as np
 from pydantic import Field
 
+from fedbandit import compile_notice
 from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import (
     AlgorithmSpec,
@@ -37,6 +38,8 @@ from fedbandit.algorithms.base import (
 from fedbandit.environment import BanditEnvironment
 from fedbandit.federation.messages import Message
 from fedbandit.federation.protocol import ClientLogic
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
 
 
 class LocalUCBParams(Hyperparameters):
@@ -172,7 +175,7 @@ class LocalUCBClient(ClientLogic):
         )
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 LOCAL_UCB: AlgorithmSpec[LocalUCBParams] = AlgorithmSpec(
     name="local_ucb",
     description="Every client runs UCB on its own arms (no communication)",

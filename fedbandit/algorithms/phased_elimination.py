@@ -533,7 +533,7 @@ def phased_elimination_spec(name: str, description: str, variant: Variant) -> Al
     )
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 FEDPE = phased_elimination_spec(
     "fedpe",
     "Fed-PE, disjoint parameters (Huang et al. 2021)",

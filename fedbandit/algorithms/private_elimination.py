@@ -269,7 +269,7 @@ def _make_client(spec: ProblemSpec, params: PrivateFedPEParams, env: Any) -> Pri
     return PrivateFedPEClient(spec, params, environment_of(env, BanditEnvironment))
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 PRIVATE_FEDPE = AlgorithmSpec(
     name="private_fedpe",
     description="Fed-PE with Gaussian noise on each phase's mean rewards, clipped rewards (DP)",

@@ -557,7 +557,7 @@ def _spec(name: str, description: str, params: type[BatchedParams]) -> Algorithm
     )
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.algorithms``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.algorithms``.
 BATCHED_FEDLINUCB = _spec(
     "batched_fedlinucb",
     "FedLinUCB on fixed batches, non-private (Zhou & Chowdhury 2024)",

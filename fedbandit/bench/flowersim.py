@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedbandit.bench.common import Table
+from fedbandit.errors import require_extra
 
 
 def _command_seconds(out: Path, seeds: int, runtime: str) -> tuple[float, list[float]]:
@@ -40,6 +41,7 @@ def bench_flowersim(quick: bool = False) -> dict[str, Any]:
     should cost at most 2x one seed, and each seed after the first at most 1 s more than
     in-process (from the seeds' own seconds, median of seeds 1..N-1; the difference of the
     commands' wall times also carries the start-up's variation of a few seconds)."""
+    require_extra("ray", extra="simulation", needed_by="fedbandit bench flowersim")
     many = 3 if quick else 10
     folder = Path(tempfile.mkdtemp(prefix="fedbandit-bench-flowersim-"))
     seconds: dict[str, dict[int, float]] = {"flower-sim": {}, "local": {}}

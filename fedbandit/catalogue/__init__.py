@@ -1,4 +1,4 @@
-"""The data fedbandit ships, as three data packages declared in ``setup.cfg``:
+"""The data fedbandit ships, as three data packages declared in ``pyproject.toml``:
 ``fedbandit.catalogue.experiments`` (the named experiments, ``*.toml``),
 ``fedbandit.catalogue.datasets`` (the data cards, ``*.md``) and ``fedbandit.catalogue.docs`` (the
 documentation pages, ``**/*.md``, read by ``fedbandit docs``). Their source is the top-level

@@ -1,7 +1,7 @@
 """``docs``: the documentation pages that travel with the package, read offline.
 
 The Markdown pages of the documentation site are the data package ``fedbandit.catalogue.docs``
-(declared in ``setup.cfg``, read through ``importlib.resources``), and the data cards of the
+(declared in ``pyproject.toml``, read through ``importlib.resources``), and the data cards of the
 real data sets are ``fedbandit.catalogue.datasets``. A topic is a page's file stem (an
 ``index.md`` or ``README.md`` in a subfolder takes its folder's name: the cards' overview is
 ``datasets``), found by walking the shipped trees, so a page moved into another folder keeps its

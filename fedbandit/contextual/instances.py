@@ -444,7 +444,7 @@ def authors_arm_pool(points: np.ndarray, bias_coordinate: bool, basis_points: bo
     return pool
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.instances``.
 CONTEXTUAL = InstanceKindSpec(
     "contextual",
     ContextualParams,

@@ -10,6 +10,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from fedbandit import compile_notice
+
+compile_notice.install()  # one line on stderr when numba compiles these kernels
+
 
 @numba.njit(cache=True)
 def select_arms(

@@ -11,10 +11,10 @@ datasets``, ``fedbandit docs movielens20m``, ``fedbandit docs mslr_web10k``; ``f
   regret = misses), with MovieLens-20M made as Li & Wang's scripts do (``movielens20m.py``);
 - ``mslr``: MSLR-WEB10K as Zhou & Chowdhury's private federated LinUCB builds it (``mslr.py``).
 
-Each kind's ``InstanceKindSpec`` is declared in ``setup.cfg`` under ``fedbandit.instances``, like a
-plugin's. The instances built here are of the types defined below this package
-(``fedbandit.instances.LinearBanditInstance``, ``fedbandit.contextual.environment``'s contextual
-environment), which never import it.
+Each kind's ``InstanceKindSpec`` is declared in ``pyproject.toml`` under
+``fedbandit.instances``, like a plugin's. The instances built here are of the types defined
+below this package (``fedbandit.instances.LinearBanditInstance``,
+``fedbandit.contextual.environment``'s contextual environment), which never import it.
 """
 
 from fedbandit.datasets.common import DatasetError, MissingDataError

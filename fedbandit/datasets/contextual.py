@@ -452,7 +452,7 @@ def build_classification_contextual(
 #: The registry's builder (a ``DataError`` is a ``FedbanditError``: the command line reports it).
 classification_contextual_instance = build_classification_contextual
 
-#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.instances``.
 CLASSIFICATION_CONTEXTUAL = InstanceKindSpec(
     KIND,
     ClassificationContextualParams,

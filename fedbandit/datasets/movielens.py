@@ -368,7 +368,7 @@ def build_movielens(params: MovieLensParams) -> Any:
 #: The registry's builder (a ``DataError`` is a ``FedbanditError``: the command line reports it).
 movielens_instance = build_movielens
 
-#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.instances``.
 MOVIELENS100K = InstanceKindSpec(
     "movielens100k",
     MovieLensParams,

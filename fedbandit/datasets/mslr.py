@@ -724,7 +724,7 @@ def build_mslr(params: MSLRParams) -> MSLRInstance:
 #: as one line, exit status 2).
 mslr_instance = build_mslr
 
-#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.instances``.
 MSLR = InstanceKindSpec(
     KIND,
     MSLRParams,

@@ -832,7 +832,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.instances``.
 REPLAY = InstanceKindSpec(
     KIND,
     ReplayParams,

@@ -525,7 +525,7 @@ def build_table(params: TableParams) -> Any:
 sklearn_instance = build_sklearn
 table_instance = build_table
 
-#: Declared in ``setup.cfg`` under ``fedbandit.instances``.
+#: Declared in ``pyproject.toml`` under ``fedbandit.instances``.
 SKLEARN = InstanceKindSpec(
     "sklearn",
     SklearnParams,

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from fedbandit.errors import ConfigError, DeploymentError, FedbanditError
+from fedbandit.errors import ConfigError, DeploymentError, FedbanditError, import_extra
 from fedbandit.runspec import RunSpec
 from fedbandit.runtimes import local_seed_files
 from fedbandit.threads import set_kernel_threads
@@ -57,13 +57,7 @@ def _task_name(spec: RunSpec) -> str:
 def _import_ray() -> Any:
     for key, value in RAY_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
-    try:
-        import ray
-    except ImportError as err:
-        raise ConfigError(
-            f"--executor ray needs Ray ({err}); install it with "
-            f"`pip install 'ray=={RAY_VERSION_TESTED}'` (or `pip install 'flwr[simulation]'`)"
-        ) from None
+    ray = import_extra("ray", extra="ray", needed_by="--executor ray")
     if ray.__version__ != RAY_VERSION_TESTED:
         print(
             f"fedbandit: warning: Ray {ray.__version__} is installed; the Ray executor is tested "

@@ -11,7 +11,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 
-from fedbandit.errors import ConfigError
+from fedbandit.errors import ConfigError, import_extra
 from fedbandit.federation.runtime import FederationResult
 from fedbandit.flower.internals import simulation_poll, simulation_stop
 from fedbandit.flower.job import FlowerJob
@@ -57,7 +57,9 @@ def simulate_flower_seeds(
         raise ValueError("the seeds of one Flower simulation share the instance and the options")
     for key, value in FLOWER_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
-    # Flower and Ray: imported here, after the environment that keeps them quiet is set.
+    # Flower and Ray: imported here, after the environment that keeps them quiet is set; Ray
+    # comes with the `simulation` extra.
+    import_extra("ray", extra="simulation", needed_by="--runtime flower-sim")
     from flwr.simulation import run_simulation
 
     from fedbandit.flower.apps import build_client_app, build_server_app

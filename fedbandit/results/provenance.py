@@ -1,6 +1,7 @@
 """What a run's manifest records of the code and machine that made it: package versions, the git
-commit of a checkout, the plugins' distributions, the platform; and what to cite for it
-(``CITATIONS.bib``: fedbandit and the papers of the algorithms that ran)."""
+commit (of a checkout, else the one the installed version names), the plugins' distributions, the
+platform; and what to cite for it (``CITATIONS.bib``: fedbandit and the papers of the algorithms
+that ran)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from fedbandit._version import __version__
+from fedbandit._version import __version__, commit_of_version
 from fedbandit.algorithms.citations import entry_keys, fedbandit_bibtex, split_entries
 from fedbandit.registry import algorithms as registered_algorithms
 from fedbandit.registry import instance_kinds
@@ -38,9 +39,13 @@ def package_versions() -> dict[str, str]:
 
 @functools.cache
 def git_commit() -> str | None:
+    """The commit of the code that runs: ``git rev-parse HEAD`` (``-dirty`` with uncommitted
+    changes) when fedbandit runs from a checkout; for an installed package, the abbreviated
+    commit its version names (``0.1.1.dev3+g1a2b3c4`` -> ``1a2b3c4``); None for a release
+    (its version names it) or when git cannot say."""
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():  # an installed package: no checkout of its own
-        return None
+        return commit_of_version(__version__)
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],

@@ -14,7 +14,7 @@ from typing import Any
 import tomli_w
 
 from fedbandit.config import ExperimentConfig
-from fedbandit.errors import ConfigError
+from fedbandit.errors import ConfigError, require_extra
 from fedbandit.flower.seeds import wait_for_secure_nodes
 from fedbandit.flower.submission import Submission
 from fedbandit.instances import Instance, data_files
@@ -73,6 +73,8 @@ def preflight(
     server sums nothing, a horizon longer than a replayed log) is one clear error up front, before
     the run folder exists; and a deployment whose SuperLink lists too few SuperNodes for secure
     aggregation (``wait_for_secure_nodes``)."""
+    if options is not None and options.runtime == "flower-sim":  # Ray, an extra: say so first
+        require_extra("ray", extra="simulation", needed_by="--runtime flower-sim")
     check_horizon = getattr(instance, "check_horizon", None)
     if check_horizon is not None:
         check_horizon(config.horizon)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbandit.config import ExperimentConfig
-from fedbandit.errors import ConfigError
+from fedbandit.errors import ConfigError, require_extra
 from fedbandit.executors.ray_executor import run_on_ray
 from fedbandit.registry import build_instance
 from fedbandit.results.files import (
@@ -58,6 +58,8 @@ def run_sweep(
         raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if address is not None and executor != "ray":
         raise ConfigError("--address applies to --executor ray")
+    if executor == "ray":  # Ray, an extra: say so before the folder exists
+        require_extra("ray", extra="ray", needed_by="--executor ray")
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     points = expand(config, extra_grid)
