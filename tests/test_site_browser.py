@@ -113,7 +113,9 @@ def error_of(event: dict[str, Any]) -> str | None:
         details = params["exceptionDetails"]
         return f"exception: {details.get('exception', {}).get('description') or details['text']}"
     if method == "Runtime.consoleAPICalled" and params.get("type") == "error":
-        return "console.error: " + " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
+        return "console.error: " + " ".join(
+            str(a.get("value", a.get("description"))) for a in params["args"]
+        )
     if method == "Log.entryAdded" and params["entry"]["level"] == "error":
         entry = params["entry"]
         return f"{entry['source']}: {entry['text']} {entry.get('url', '')}".strip()
@@ -149,7 +151,7 @@ def site_url(site_dir) -> Iterator[str]:
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -67,8 +67,10 @@ def parameter_rows(obj: Any) -> list[tuple[str, str, str, str]]:
             shown = f"**{shown}"
         annotation = "" if parameter.annotation is parameter.empty else cell(parameter.annotation)
         empty = parameter.default is parameter.empty
-        default = "" if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) else (
-            "required" if empty else cell(repr(parameter.default))
+        default = (
+            ""
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+            else ("required" if empty else cell(repr(parameter.default)))
         )
         keyword_only = " (keyword only)" if parameter.kind is parameter.KEYWORD_ONLY else ""
         rows.append((cell(shown), annotation, default, keyword_only.strip(" ()")))
