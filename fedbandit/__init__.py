@@ -9,7 +9,7 @@ Running experiments::
     results = fedbandit.run("fedpe_tiny", seeds=3)        # a name, a TOML path or a config
     results.plot_regret()
 
-Extending it (see docs/plugins.md): an ``AlgorithmSpec`` of a ``ServerLogic`` and a
+Extending it (see ``fedbandit docs plugins``): an ``AlgorithmSpec`` of a ``ServerLogic`` and a
 ``ClientLogic`` exchanging ``Message``s, or an ``InstanceKindSpec`` building an ``Instance``,
 registered through the entry-point groups ``fedbandit.algorithms`` and ``fedbandit.instances``.
 """

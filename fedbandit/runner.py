@@ -27,6 +27,7 @@ from fedbandit.results.files import (
     remove_stale_temporaries,
     seed_done,
 )
+from fedbandit.results.provenance import write_citations
 from fedbandit.results.summary import record_failures, summarize
 from fedbandit.runs.detached import refuse_pending_detached
 from fedbandit.runs.execution import run_tasks
@@ -86,7 +87,9 @@ def run_experiment(
     resumed = (run_dir / "manifest.json").is_file()
     if resumed:
         refuse_pending_detached(run_dir, read_json(run_dir / "manifest.json"))
-    manifest = prepare_run_folder(config, run_dir, workers, options, instance)
+    manifest = prepare_run_folder(
+        config, run_dir, workers, options, instance, requested_algorithms=selected
+    )
     manifest.pop("detached", None)  # an earlier detached run that has ended: replaced below
     every = [(a, s) for a in selected for s in range(config.seeds)]
     tasks = [
@@ -127,6 +130,7 @@ def run_experiment(
     record_failures(run_dir, config, manifest)
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
+    write_citations(run_dir, config.algorithms)
     atomic_write_json(run_dir / "manifest.json", manifest)
     if failed is not None:
         raise RunStoppedError(str(failed), run_dir) from None

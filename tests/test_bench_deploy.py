@@ -322,6 +322,74 @@ def test_nodes_table_has_a_row_per_count_and_the_ratio_to_one_node():
     assert "1.0" in lines[2]
 
 
+def test_a_count_that_did_not_finish_is_a_row_with_its_reason_and_the_next_count_runs(
+    tmp_path, monkeypatch, capsys
+):
+    import fedbandit.bench.nodes as nodes
+    from fedbandit.bench.cluster import CommandFailedError
+
+    log = tmp_path / "flower.log"
+    log.write_text(
+        "INFO: round 23\nfedbandit: error: fedpe seed 0 aborted (regret records: lost clients "
+        "0-14 (no reply))\nstatus incomplete\n"
+    )
+
+    def measure(root, count, clients, horizon):
+        if count == 16:
+            raise CommandFailedError(["run", "fedpe_tiny"], 3, log)
+        if count == 32:
+            raise TimeoutError("32 SuperNodes not online after 600.0 s:\n--- node0 ---\n...")
+        return _fake_nodes_run(count, 0.5 * count)
+
+    monkeypatch.setattr(nodes, "_measure_count", measure)
+    result = nodes.bench_nodes(workdir=tmp_path / "work", counts=(1, 16, 32))
+    assert [run.get("finished", True) for run in result["runs"]] == [True, False, False]
+    assert result["runs"][1]["reason"] == (
+        "`fedbandit run` exit 3: fedpe seed 0 aborted (regret records: lost clients 0-14 (no "
+        "reply))"
+    )
+    assert result["runs"][2]["reason"] == "32 SuperNodes not online after 600.0 s:"
+    stderr = capsys.readouterr().err
+    assert "N = 16, 32 did not finish; logs kept in" in stderr
+    assert "Traceback" not in stderr
+    lines = format_table("nodes", result).splitlines()
+    assert len(lines) == 5
+    assert lines[3].startswith("16 ") and lines[3].endswith(result["runs"][1]["reason"])
+    assert "did not finish: `fedbandit run` exit 3" in lines[3]
+    # The reason runs on without widening the columns of the finished rows.
+    assert len(lines[1]) == len(lines[2]) and len(lines[3]) > len(lines[2]) - 40
+
+
+def test_bench_reports_a_benchmark_that_did_not_finish_in_one_line_and_runs_the_rest(
+    monkeypatch, capsys
+):
+    import fedbandit.cli.bench
+    from fedbandit.bench.common import BenchmarkFailedError
+
+    ran = []
+
+    def failing(quick):
+        ran.append("deploy")
+        raise BenchmarkFailedError("`fedbandit run` exit 2: node0 lost", logs="/tmp/kept")
+
+    fakes = {name: (lambda quick, name=name: ran.append(name) or {}) for name in BENCHMARKS}
+    fakes["deploy"] = failing
+    monkeypatch.setattr(fedbandit.cli.bench, "BENCHMARKS", fakes)
+    assert fedbandit.cli.main(["bench", "all", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        "fedbandit: error: bench deploy did not finish: `fedbandit run` exit 2: node0 lost "
+        "(logs kept in /tmp/kept)"
+    ]
+    assert len(ran) == len(BENCHMARKS) - 1
+    import json
+
+    assert json.loads(captured.out)["deploy"] == {
+        "failed": "`fedbandit run` exit 2: node0 lost",
+        "logs": "/tmp/kept",
+    }
+
+
 def test_nodes_is_run_by_name_only(monkeypatch, capsys):
     import json
 

@@ -4,6 +4,7 @@ client-failure policies, without the bad data ever reaching the server."""
 
 import time
 import uuid
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,9 +14,9 @@ from fedbandit.config import load_experiment
 from fedbandit.errors import DeploymentError
 from fedbandit.federation.messages import Message as BanditMessage
 from fedbandit.federation.runtime import ClientFailure, run_federation
-from fedbandit.flower.apps import FlowerJob
-from fedbandit.flower.codec import decode, encode
-from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
+from fedbandit.flower.apps import FlowerJob, answered_once
+from fedbandit.flower.codec import clear_group_state, decode, encode
+from fedbandit.flower.grid_runtime import ASK_AGAIN_TIMES, FlowerGridRuntime, discover_nodes
 from fedbandit.flower.internals import pull_backoff
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
 from fedbandit.runspec import RunSpec, RuntimeOptions
@@ -306,7 +307,9 @@ def test_a_failing_node_is_lost_and_never_reaches_aggregation(fault, policy):
     assert result.failure == reason
     assert_never_aggregated(seen, [4, 5], at_round)
     steps_23 = [r for node, kind, r in grid.pushed if node == 23 and kind == "train.step"]
-    assert steps_23 == list(range(at_round + 1))  # never addressed after its failure
+    # never addressed after its failure; a reply lost in its upload is asked for again first
+    again = [at_round] * ASK_AGAIN_TIMES if fault == "upload" else []
+    assert steps_23 == list(range(at_round + 1)) + again
     assert (23, "query.regret", None) not in grid.pushed
     if policy == "abort":
         assert result.status == "aborted" and result.dropped == {}
@@ -465,3 +468,134 @@ def test_codec_regret_state_and_hello_round_trip():
     got = decode_state(context_state)
     np.testing.assert_array_equal(got["env.pulls"], state["env.pulls"])
     assert got["logic.phase"].shape == () and int(got["logic.phase"]) == 5
+
+
+def upload_lost(message):
+    """What Flower's ServerApp makes of a reply whose objects never arrived."""
+    error = Error(pull_backoff.MESSAGE_UNAVAILABLE, "Reply message objects are unavailable.")
+    reply = Message(error, reply_to=message)
+    reply.metadata.__dict__["_src_node_id"] = 1
+    return reply
+
+
+def once_node(ids, lose_rounds):
+    """A client node whose steps go through the ClientApp's ``answered_once``; the first reply
+    of each round in ``lose_rounds`` is lost in its upload (after the node did the work)."""
+    answer, logic = client_node(ids)
+    handled = []
+
+    def handler(message, context):
+        handled.append(decode(message.content).round)
+        return answer(message)
+
+    step = answered_once(handler)
+    context = SimpleNamespace(state=RecordDict())
+    lose = set(lose_rounds)
+
+    def node(message):
+        kind = message.metadata.message_type
+        if kind == "query.regret":
+            return regret_reply(logic, message)
+        if kind == "query.hello":
+            return answer(message)
+        reply = step(message, context)
+        if (round_ := decode(message.content).round) in lose:
+            lose.discard(round_)
+            return upload_lost(message)
+        return reply
+
+    return node, handled
+
+
+@pytest.mark.parametrize("policy", ["abort", "drop"])
+def test_a_reply_lost_in_its_upload_is_asked_again_and_answered_without_the_work_twice(policy):
+    nodes = {21: good_node([0, 1])[0], 22: good_node([2, 3])[0]}
+    nodes[23], handled = once_node([4, 5], lose_rounds=[2, 5])
+    result, _, grid, runtime = flower_run(nodes, THREE, policy)
+    local = simulate(INSTANCE, "fedpe", 300, [0, 0])
+    assert (result.status, result.failure, result.dropped) == ("complete", None, {})
+    np.testing.assert_array_equal(result.regret.increment_diff, local.regret.increment_diff)
+    assert runtime.asked_again == 2
+    steps = [r for node, kind, r in grid.pushed if node == 23 and kind == "train.step"]
+    assert steps.count(2) == 2 and steps.count(5) == 2
+    assert len(handled) == len(steps) - 2  # the work of each round done once
+
+
+def test_a_node_that_left_is_not_asked_again_and_is_lost():
+    nodes = {21: good_node([0, 1])[0], 22: good_node([2, 3])[0]}
+    nodes[23], _ = once_node([4, 5], lose_rounds=[2])
+
+    class LeftGrid(CountingGrid):
+        def get_node_ids(self):
+            return [21, 22]
+
+    server, _ = build_federation(INSTANCE, "fedpe", 300, [0, 0])
+    runtime = FlowerGridRuntime(LeftGrid(nodes), THREE, timeout=2.0, poll_seconds=0.001)
+    result = run_federation(server, runtime, "abort")
+    assert result.status == "aborted" and runtime.asked_again == 0
+    assert "node 23 (clients 4-5): no reply: the node stopped while uploading it" in result.failure
+
+
+def test_a_reply_lost_every_time_is_asked_again_twice_then_the_node_is_lost():
+    nodes = {21: good_node([0, 1])[0], 22: good_node([2, 3])[0]}
+    nodes[23], _ = faulty_node([4, 5], "upload", 2)
+    result, _, grid, runtime = flower_run(nodes, THREE, "abort")
+    assert result.status == "aborted" and runtime.asked_again == ASK_AGAIN_TIMES == 2
+    assert grid.pushed.count((23, "train.step", 2)) == 1 + ASK_AGAIN_TIMES
+
+
+def test_answered_once_keeps_the_last_answer_only_and_a_new_job_forgets_it():
+    calls = []
+
+    def handler(message, context):
+        calls.append(message.content.config_records["q"]["n"])
+        return Message(RecordDict({"a": ConfigRecord({"n": calls[-1] * 10})}), reply_to=message)
+
+    step = answered_once(handler)
+    context = SimpleNamespace(state=RecordDict())
+
+    def ask(n):
+        message = Message(RecordDict({"q": ConfigRecord({"n": n})}), dst_node_id=5,
+                          message_type="train.step")  # fmt: skip
+        message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+        return step(message, context).content.config_records["a"]["n"]
+
+    assert [ask(1), ask(1), ask(2), ask(2), ask(1)] == [10, 10, 20, 20, 10]
+    assert calls == [1, 2, 1]
+    clear_group_state(context.state)
+    assert ask(1) == 10 and calls == [1, 2, 1, 1]
+
+
+def test_discovery_asks_a_node_again_whose_hello_reply_was_lost_in_its_upload():
+    answer, _ = client_node([3, 4, 5])
+    hellos = []
+
+    def node(message):
+        hellos.append(message.metadata.message_id)
+        return upload_lost(message) if len(hellos) == 1 else answer(message)
+
+    grid = FakeGrid({11: client_node([0, 1, 2])[0], 12: node})
+    ranges = discover_nodes(grid, job_with(start_deadline=5), 6)
+    assert {k: v.tolist() for k, v in ranges.items()} == {11: [0, 1, 2], 12: [3, 4, 5]}
+    assert len(hellos) == 2 and hellos[0] != hellos[1]  # the answered hello is not pulled again
+
+
+def test_a_node_asked_again_that_then_stays_silent_is_lost_with_both_reasons():
+    answer, _ = client_node([4, 5])
+    asked = []
+
+    def node(message):  # its reply to round 2 is lost in its upload, then it is gone
+        kind = message.metadata.message_type
+        if kind != "train.step" or decode(message.content).round < 2:
+            return answer(message)
+        asked.append(message.metadata.message_id)
+        return upload_lost(message) if len(asked) == 1 else None
+
+    nodes = {21: good_node([0, 1])[0], 22: good_node([2, 3])[0], 23: node}
+    result, _, _, runtime = flower_run(nodes, THREE, "abort", timeout=0.5)
+    assert runtime.asked_again == 1
+    assert result.failure == (
+        "round 2: lost clients 4-5 (node 23 (clients 4-5): no reply: the node stopped while "
+        "uploading it (Reply message objects are unavailable.); asked again, it did not answer "
+        "within 0.5 s)"
+    )

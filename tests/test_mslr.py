@@ -414,7 +414,8 @@ def test_the_experiment_without_data_or_with_a_bad_file_stops_in_one_line(tmp_pa
     line = capsys.readouterr().err.strip()
     assert "\n" not in line and line.startswith("fedbandit: error: no MSLR-WEB10K data given")
     assert "microsoft.com/en-us/research/project/mslr" in line
-    assert "make experiment NAME=fed_private_mslr DATA=" in line
+    assert "`fedbandit sweep fed_private_mslr --set instance.path=/path/to/MSLR-WEB10K`" in line
+    assert "fedbandit docs mslr_web10k" in line
     assert not (tmp_path / "run").exists()
     bad = tmp_path / "train.txt"
     bad.write_text(GOOD + f"7 qid:2 {LINE}\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import fedbandit
+from fedbandit.cli.docs import docs_folder
 from fedbandit.config import available_experiments, experiment_folders, shipped_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,16 +37,19 @@ ENV = {
 DATA_PACKAGES = {
     "fedbandit.catalogue.experiments": "experiments",
     "fedbandit.catalogue.datasets": "datasets",
+    "fedbandit.catalogue.docs": "docs",
 }
 
 
 def shipped_sources() -> dict[str, bytes]:
-    """What the wheel must carry under ``fedbandit/catalogue/``: every experiment and data card
-    of the checkout (and the marker that makes each folder a package), byte for byte."""
+    """What the wheel must carry under ``fedbandit/catalogue/``: every experiment, data card and
+    documentation page of the checkout (the pages in their subfolders; and the marker that makes
+    each folder a package), byte for byte."""
     files = {}
-    for folder, pattern in (("experiments", "*.toml"), ("datasets", "*.md")):
+    for folder, pattern in (("experiments", "*.toml"), ("datasets", "*.md"), ("docs", "**/*.md")):
         for path in sorted([*(ROOT / folder).glob(pattern), ROOT / folder / "__init__.py"]):
-            files[f"fedbandit/catalogue/{folder}/{path.name}"] = path.read_bytes()
+            relative = path.relative_to(ROOT / folder).as_posix()
+            files[f"fedbandit/catalogue/{folder}/{relative}"] = path.read_bytes()
     return files
 
 
@@ -95,6 +99,15 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(dist):
     assert {"setup.cfg", "pyproject.toml", "LICENSE", "CHANGELOG.md", "datasets/README.md"} <= names
     assert "experiments/__init__.py" in names and "datasets/__init__.py" in names
     assert not [n for n in names if n.startswith("tests/experiments/") or "__pycache__" in n]
+    # The worked example of a plugin (the docs tell how to get it from here) and what to cite.
+    example = ROOT / "examples" / "fedbandit-example-plugin"
+    tracked = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "examples/fedbandit-example-plugin"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert tracked and set(tracked) <= names, set(tracked) - names
+    assert (example / "pyproject.toml").is_file() and "CITATION.cff" in names
+    assert not [n for n in names if n.startswith("examples/") and n.endswith(".pyc")]
 
 
 def test_metadata_is_honest_and_twine_accepts_both_files(dist):
@@ -138,9 +151,12 @@ def test_setup_cfg_declares_every_package_and_the_data_packages():
     data = config["options.package_data"]
     assert data["fedbandit.catalogue.experiments"].strip() == "*.toml"
     assert data["fedbandit.catalogue.datasets"].strip() == "*.md"
+    assert data["fedbandit.catalogue.docs"].strip() == "*.md, **/*.md"
     if Path(fedbandit.__file__).resolve().is_relative_to(ROOT):  # the editable install
-        for folder in DATA_PACKAGES.values():
+        for folder in ("experiments", "datasets"):
             assert shipped_folder(folder) == ROOT / folder
+        # (the pages: the data package once the editable install is redone, else the source)
+        assert docs_folder() == ROOT / "docs"
 
 
 def imported_distributions() -> set[str]:
@@ -326,9 +342,20 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
     listed = {line.split()[0] for line in listing.stdout.splitlines() if line.strip()}
     assert {p.stem for p in (ROOT / "experiments").glob("*.toml")} <= listed
     cards = installed_cli(installed, "list", "--instances", cwd=tmp_path).stdout
-    folder = Path(cards.strip().splitlines()[-1].rsplit(" in ", 1)[1])
-    for card in ("README.md", "movielens20m.md", "mslr_web10k.md"):
-        assert (folder / card).read_bytes() == (ROOT / "datasets" / card).read_bytes()
+    assert "`fedbandit docs movielens20m` (replay)" in cards
+    # The data cards and the documentation pages, offline, from the installed package.
+    sources = {"datasets": ROOT / "datasets" / "README.md", "plugins": None, "cite": None}
+    for card in ("movielens20m", "mslr_web10k"):
+        sources[card] = ROOT / "datasets" / f"{card}.md"
+    for topic, source in sources.items():
+        if source is None:
+            [source] = (ROOT / "docs").rglob(f"{topic}.md")
+        shown = installed_cli(installed, "docs", topic, "--path", cwd=tmp_path)
+        path = Path(shown.stdout.strip())
+        assert shown.returncode == 0 and not path.is_relative_to(ROOT), shown
+        assert path.read_bytes() == source.read_bytes(), topic
+    page = installed_cli(installed, "docs", "plugins", cwd=tmp_path)
+    assert page.returncode == 0 and page.stdout.startswith("# Plugins"), page.stderr
 
     run = installed_cli(
         installed, "run", "fedpe_tiny", "--seeds", "1", "--out", "run", cwd=tmp_path
@@ -338,6 +365,7 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
         assert (tmp_path / "run" / name).is_file(), name
     manifest = (tmp_path / "run" / "manifest.json").read_text()
     assert f'"fedbandit": "{fedbandit.__version__}"' in manifest
+    assert "@software{fedbandit," in (tmp_path / "run" / "CITATIONS.bib").read_text()
 
     sweep = installed_cli(
         installed, "sweep", "fedpe_tiny", "--grid", "instance.num_clients=4,8",

@@ -249,6 +249,8 @@ def test_a_runtime_that_runs_seeds_together_stops_after_an_aborted_seed(tmp_path
 def test_a_run_of_the_algorithms_asked_for_exits_0_and_names_what_the_folder_lacks(
     tmp_path, capsys
 ):
+    from fedbandit.runs.report import summary_table
+
     out = tmp_path / "subset"
     args = ["run", "fedpe_tiny", "--seeds", "1", "--quiet", "--set", "horizon=256"]
     assert main([*args, "--algorithms", "fedpe", "--out", str(out)]) == 0
@@ -258,9 +260,27 @@ def test_a_run_of_the_algorithms_asked_for_exits_0_and_names_what_the_folder_lac
         f"local_ucb (not asked for: rerun with --out {out} without --algorithms to add them)"
     ) in err
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["status"] == "incomplete" and len(manifest["missing_runs"]) == 3
-    assert main([*args, "--out", str(out)]) == 0  # the rest, added
-    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+    # Complete for what was asked; the subset and the runs it did not ask for are recorded.
+    assert manifest["status"] == "complete" and manifest["missing_runs"] == []
+    assert manifest["requested"] == {"algorithms": ["fedpe"], "seeds": [0]}
+    assert sorted(manifest["not_requested"]) == [
+        "collaborative/seed_0", "fedpe_enhanced/seed_0", "local_ucb/seed_0",
+    ]  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["requested_algorithms"] == ["fedpe"]
+    table = summary_table(summary)
+    assert "status complete for the algorithms asked for (fedpe; not run: collaborative" in table
+    assert main([*args, "--out", str(out)]) == 0  # a full run into the folder resumes the rest
+    err = capsys.readouterr().err
+    assert "every run asked for" not in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["not_requested"] == []
+    assert {path.parent.name for path in (out / "runs").glob("*/seed_0.json")} == {
+        "fedpe", "collaborative", "fedpe_enhanced", "local_ucb",
+    }  # fmt: skip
+    assert "for the algorithms asked for" not in summary_table(
+        json.loads((out / "summary.json").read_text())
+    )
 
 
 def test_progress_into_a_log_file_is_plain_lines_not_carriage_returns(tmp_path):

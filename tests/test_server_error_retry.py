@@ -182,3 +182,50 @@ def test_a_locked_store_is_retried_not_a_lost_node(tmp_path):
     for suffix in ("regret", "comm", "clients"):
         name = f"runs/fedpe/seed_0.{suffix}.csv"
         pd.testing.assert_frame_equal(pd.read_csv(local / name), pd.read_csv(out / name))
+
+
+#: Objects of the nodes' replies that the SuperLink's store claims and then loses (a lock on its
+#: second transaction), at calls spread over the run: a hello's and steps' replies.
+LOST_OBJECTS = "store_object!lost@fleet:3,20"
+
+
+def test_a_reply_whose_upload_was_lost_is_asked_again_not_a_lost_node(tmp_path):
+    """The SuperLink accepts an object of a node's reply and then loses it, so that the reply's
+    objects never become available ("the push session may have expired or been replaced", as at
+    16 SuperNodes on 2 cores): the ServerApp asks the node again, the node answers a step from its
+    kept answer, and the run ends with exit 0 and results equal to a local run's."""
+    local, out = tmp_path / "local", tmp_path / "out"
+    experiment = ["fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]', "--seeds", "1"]
+    subprocess.run([*FEDBANDIT, "run", *experiment, "--out", str(local)], check=True)
+    faults = {
+        "FEDBANDIT_TEST_STORE_FAULTS": LOST_OBJECTS,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(HERE / "store_faults"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    deployment = Deployment(tmp_path)
+    try:
+        superlink = start_loopback(deployment, ["0-2", "3-5"], link_env=faults)
+        # a quarter of the round's deadline, 5 s, is the ServerApp's wait for a lost object
+        connect = ["--superlink", superlink, "--insecure", "--out", str(out)]
+        connect += ["--round-timeout", "20"]
+        run = subprocess.run(
+            [*FEDBANDIT, "run", *experiment, "--runtime", "flower", *connect],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        deployment.close()
+    logs = run.stderr + deployment.logs()
+    assert run.returncode == 0, logs
+    assert deployment.log("superlink").count("store fault:") == 2, logs
+    kept = sum(
+        deployment.log(f"node{i}").count("asked again: sending the kept answer") for i in range(2)
+    )
+    assert kept >= 1, logs
+    assert read_json(out / "manifest.json")["status"] == "complete"
+    assert not read_json(out / "runs" / "fedpe" / "seed_0.json").get("dropped")
+    for suffix in ("regret", "comm", "clients"):
+        name = f"runs/fedpe/seed_0.{suffix}.csv"
+        pd.testing.assert_frame_equal(pd.read_csv(local / name), pd.read_csv(out / name))

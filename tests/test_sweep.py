@@ -226,16 +226,21 @@ def test_one_seed_sweeps_plot_and_duplicate_points_are_refused(tmp_path):
     code, _, err = _run(["sweep", str(path), "--out", str(out), "--quiet", "--seeds", "1"])
     assert code == 0 and "Traceback" not in err and "warning" not in err, err
     assert (out / "plots" / "regret_vs_instance.num_clients.png").is_file()
+    # What to cite: the study and each point (fedbandit, Fed-PE's paper, local_ucb's book).
+    for folder in (out, out / "points" / "p000"):
+        text = (folder / "CITATIONS.bib").read_text()
+        assert "@software{fedbandit," in text and "huang2021federated" in text, folder
+        assert "lattimore2020bandit" in text, folder
     with pytest.raises(ConfigError, match=r"p000 and p001 .* are the same experiment"):
         expand(config({"grid": {"horizon": [64, 64]}}))
 
 
-def test_a_study_is_refused_by_run_and_a_partial_run_is_incomplete(tmp_path):
+def test_a_study_is_refused_by_run_and_a_partial_run_is_complete_for_what_it_asked(tmp_path):
     with pytest.raises(ConfigError, match="is a study"):
         fedbandit.run({**BASE, "sweep": {"grid": {"horizon": [64]}}}, progress=False)
     results = fedbandit.run(BASE, algorithms=["fedpe"], out=tmp_path / "part", progress=False)
-    assert not results.complete
-    assert results.manifest["missing_runs"] == ["local_ucb/seed_0", "local_ucb/seed_1"]
+    assert results.complete and results.manifest["missing_runs"] == []
+    assert results.manifest["not_requested"] == ["local_ucb/seed_0", "local_ucb/seed_1"]
 
 
 def test_plots_are_drawn_only_for_keys_that_vary(tmp_path):

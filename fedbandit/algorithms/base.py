@@ -58,7 +58,8 @@ class AlgorithmSpec(Generic[Params]):
     env)`` builds the ``ClientLogic`` of one group of clients playing in ``env`` (narrow it with
     ``environment_of``). ``contextual`` says whether the algorithm runs on contextual instances
     (fresh contexts each round) or on fixed-feature ones; ``needs_shared_parameter`` refuses
-    instances with per-arm parameters; ``needs_reward_link`` refuses linear rewards."""
+    instances with per-arm parameters; ``needs_reward_link`` refuses linear rewards;
+    ``citation`` is the BibTeX of its paper."""
 
     name: str
     description: str
@@ -72,6 +73,9 @@ class AlgorithmSpec(Generic[Params]):
     #: Bytes one seed needs per client (for the estimate made before a run); None: the generic
     #: formula of ``fedbandit.resources`` for the algorithm's kind of instance.
     memory_per_client: Callable[[ProblemSpec], float] | None = None
+    #: The paper(s) to cite for the algorithm, as BibTeX ("" for none); ``fedbandit cite`` prints
+    #: it and every results folder's ``CITATIONS.bib`` holds it. A plugin sets its own.
+    citation: str = ""
 
     def check_problem(self, spec: ProblemSpec) -> None:
         if self.contextual != spec.contextual:

@@ -72,6 +72,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import AlgorithmSpec, ProblemSpec, environment_of
 from fedbandit.algorithms.linucb import (
     POLICY_STATE,
@@ -864,8 +865,10 @@ def federated_ridge_spec(
     params: type[P],
     server: Callable[[ProblemSpec, P], FederatedRidgeServerBase],
     client: Callable[[ProblemSpec, P, ContextualEnvironment], FederatedRidgeClientBase],
+    citation: str = "",
 ) -> AlgorithmSpec[Any]:
-    """The registry entry of a federated ridge protocol (server and client classes)."""
+    """The registry entry of a federated ridge protocol (server and client classes; the BibTeX
+    of its paper)."""
     return AlgorithmSpec(
         name=name,
         description=description,
@@ -875,6 +878,7 @@ def federated_ridge_spec(
             spec, p, environment_of(env, ContextualEnvironment)
         ),
         contextual=True,
+        citation=citation,
     )
 
 
@@ -885,6 +889,7 @@ DISLINUCB = federated_ridge_spec(
     DisLinUCBParams,
     DisLinUCBServer,
     DisLinUCBClient,
+    citations.DISLINUCB,
 )
 ASYNC_LINUCB = federated_ridge_spec(
     "async_linucb",
@@ -892,6 +897,7 @@ ASYNC_LINUCB = federated_ridge_spec(
     AsyncParams,
     AsyncLinUCBServer,
     AsyncLinUCBClient,
+    citations.ASYNC_LINUCB,
 )
 FEDLINUCB = federated_ridge_spec(
     "fedlinucb",
@@ -899,6 +905,7 @@ FEDLINUCB = federated_ridge_spec(
     FedLinUCBParams,
     FedLinUCBServer,
     FedLinUCBClient,
+    citations.FEDLINUCB,
 )
 CENTRAL_LINUCB = federated_ridge_spec(
     "central_linucb",

@@ -95,6 +95,7 @@ import numba
 import numpy as np
 from pydantic import Field
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
 from fedbandit.contextual.environment import ContextualEnvironment, round_of_step
 from fedbandit.federation.messages import Message, broadcast
@@ -844,6 +845,7 @@ FEDGLB_UCB: AlgorithmSpec[Any] = AlgorithmSpec(
     contextual=True,
     needs_reward_link=True,
     memory_per_client=glm_bytes_per_client,
+    citation=citations.FEDGLB_UCB,
 )
 ONS_GLM: AlgorithmSpec[Any] = AlgorithmSpec(
     name="ons_glm",
@@ -855,4 +857,6 @@ ONS_GLM: AlgorithmSpec[Any] = AlgorithmSpec(
     contextual=True,
     needs_reward_link=True,
     memory_per_client=glm_bytes_per_client,
+    # the N-ONS-GLM baseline of the FedGLB-UCB paper; ONS for GLM bandits: Jun et al. 2017
+    citation=citations.FEDGLB_UCB + "\n\n" + citations.ONS_GLM,
 )

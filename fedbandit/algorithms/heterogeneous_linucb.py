@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import ProblemSpec
 from fedbandit.algorithms.federated_linucb import (
     DisLinUCBServer,
@@ -253,4 +254,5 @@ HLINUCB: Any = federated_ridge_spec(
     HLinUCBParams,
     DisLinUCBServer,
     HLinUCBClient,
+    citations.HLINUCB,
 )

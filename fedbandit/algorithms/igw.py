@@ -56,6 +56,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
 from fedbandit.algorithms.linucb import model_groups
 from fedbandit.contextual.environment import ContextualEnvironment, round_of_step
@@ -75,7 +76,7 @@ class FedIGWParams(Hyperparameters):
       for a sweep that lists it next to fixed values): ``gamma_scale`` sqrt(K n / d), n the
       samples of the last training; ``gamma_scale`` 8 is our choice, not tuned to the end
       (``fedbandit sweep fed_igw_gamma``: larger is greedier, which suits diverse contexts, and
-      the code's fixed 7000 does better than our default there: docs/algorithms/fedigw.md);
+      the code's fixed 7000 does better than our default there: ``fedbandit docs fedigw``);
     - ``local_steps``, ``learning_rate``, ``fl_rounds``: the federated training of each epoch
       (a step is ``learning_rate`` / max(1, mean ||x||^2): stable up to 2; our defaults 30 steps
       of 0.5, one exchange per epoch as in the code); ``regularization``: reg in the loss;
@@ -383,4 +384,5 @@ FEDIGW: AlgorithmSpec[Any] = AlgorithmSpec(
         spec, p, environment_of(env, ContextualEnvironment)
     ),
     contextual=True,
+    citation=citations.FEDIGW,
 )

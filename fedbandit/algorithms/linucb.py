@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import (
     AlgorithmSpec,
     Hyperparameters,
@@ -212,8 +213,10 @@ def local_ridge_spec(
     rule: RadiusRule,
     schedule: DeltaSchedule,
     params: type[RidgeParams] = RidgeParams,
+    citation: str = "",
 ) -> AlgorithmSpec[Any]:
-    """The registry entry of a local (no communication) ridge learner with ``rule``."""
+    """The registry entry of a local (no communication) ridge learner with ``rule`` (and the
+    BibTeX of its paper)."""
     return AlgorithmSpec(
         name=name,
         description=description,
@@ -223,6 +226,7 @@ def local_ridge_spec(
             spec, params, rule, schedule, environment_of(env, ContextualEnvironment)
         ),
         contextual=True,
+        citation=citation,
     )
 
 
@@ -232,9 +236,14 @@ LINUCB_D = local_ridge_spec(
     "LinUCB-d: self-normalised radius, delta_t = 1/t^2 (Wu et al. 2020)",
     "self_normalized",
     "inverse_square",
+    citation=citations.LINUCB_D,
 )
 LINUCB = local_ridge_spec(
-    "linucb", "LinUCB with a fixed alpha (Li et al. 2010), per client", "fixed", "constant"
+    "linucb",
+    "LinUCB with a fixed alpha (Li et al. 2010), per client",
+    "fixed",
+    "constant",
+    citation=citations.LINUCB,
 )
 OFUL = local_ridge_spec(
     "oful",
@@ -242,6 +251,7 @@ OFUL = local_ridge_spec(
     "self_normalized",
     "constant",
     OFULParams,
+    citation=citations.OFUL,
 )
 GREEDY = local_ridge_spec(
     "greedy", "Ridge estimates without an exploration bonus, per client", "zero", "constant"

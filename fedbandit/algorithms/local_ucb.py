@@ -26,6 +26,7 @@ import numba
 import numpy as np
 from pydantic import Field
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import (
     AlgorithmSpec,
     Hyperparameters,
@@ -180,4 +181,6 @@ LOCAL_UCB: AlgorithmSpec[LocalUCBParams] = AlgorithmSpec(
     make_client=lambda spec, params, env: LocalUCBClient(
         spec, params, environment_of(env, BanditEnvironment)
     ),
+    # the asymptotically optimal UCB index, as in Lattimore & Szepesvari's book (chapter 8)
+    citation=citations.UCB_BOOK,
 )

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
 from fedbandit.design import solve_design_fast
 from fedbandit.environment import BanditEnvironment
@@ -517,7 +518,8 @@ class PhasedEliminationClient(ClientLogic):
 
 
 def phased_elimination_spec(name: str, description: str, variant: Variant) -> AlgorithmSpec[Any]:
-    """The registry entry of one phased-elimination variant."""
+    """The registry entry of one phased-elimination variant; each cites the Fed-PE paper (the
+    enhanced variant and the full-information reference are its authors' code)."""
     return AlgorithmSpec(
         name=name,
         description=description,
@@ -527,6 +529,7 @@ def phased_elimination_spec(name: str, description: str, variant: Variant) -> Al
             spec, params, variant, environment_of(env, BanditEnvironment)
         ),
         needs_shared_parameter=variant.shared,
+        citation=citations.FEDPE,
     )
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import AlgorithmSpec, ProblemSpec, environment_of
 from fedbandit.algorithms.phased_elimination import (
     PhasedEliminationClient,
@@ -275,4 +276,5 @@ PRIVATE_FEDPE = AlgorithmSpec(
     params=PrivateFedPEParams,
     make_server=lambda spec, params: PrivateFedPEServer(spec, params),
     make_client=_make_client,
+    citation=citations.FEDPE + "\n\n" + citations.FEDPE_USER_LEVEL_DP,
 )

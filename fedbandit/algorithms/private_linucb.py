@@ -41,6 +41,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from fedbandit.algorithms import citations
 from fedbandit.algorithms.base import AlgorithmSpec, Hyperparameters, ProblemSpec, environment_of
 from fedbandit.algorithms.linucb import model_groups
 from fedbandit.contextual.environment import ContextualEnvironment
@@ -552,6 +553,7 @@ def _spec(name: str, description: str, params: type[BatchedParams]) -> Algorithm
             spec, p, environment_of(env, ContextualEnvironment)
         ),
         contextual=True,
+        citation=citations.PRIVATE_FEDLINUCB,
     )
 
 

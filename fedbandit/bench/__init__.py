@@ -1,4 +1,4 @@
-"""Benchmarks behind ``make bench`` / ``fedbandit bench NAME [--json]``: ``BENCHMARKS`` by name,
+"""Benchmarks behind ``fedbandit bench NAME [--json]``: ``BENCHMARKS`` by name,
 ``ON_REQUEST`` and ``format_table``. Each benchmark is a module of its own,
 ``fedbandit.bench.NAME``, which runs it (``bench_NAME``) and lays out its table (``format_NAME``);
 that module is imported only when its benchmark runs or its table is made, so that ``fedbandit
@@ -64,8 +64,15 @@ ON_REQUEST = frozenset({"nodes"})
 
 
 def format_table(name: str, result: dict[str, Any]) -> str:
-    """A small plain-text table for one benchmark's figures, its columns aligned."""
+    """A small plain-text table for one benchmark's figures, its columns aligned. A row shorter
+    than the first (a count that did not finish, with its reason) aligns its leading cells and
+    lets its last cell run on, without widening the columns it spans."""
     title, rows = BENCHMARKS[name].table(result)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [title] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines) + "\n"
+    full = [r for r in rows if len(r) == len(rows[0])]
+    widths = [max(len(r[i]) for r in full) for i in range(len(rows[0]))]
+
+    def line(row: tuple[str, ...]) -> str:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)]
+        return "  ".join([*cells, row[-1] if len(row) < len(widths) else row[-1].ljust(widths[-1])])
+
+    return "\n".join([title, *(line(r) for r in rows)]) + "\n"

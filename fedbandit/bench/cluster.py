@@ -233,6 +233,20 @@ def experiment_args(num_clients: int, horizon: int) -> list[str]:
     ]
 
 
+class CommandFailedError(RuntimeError):
+    """A ``fedbandit`` command of the benchmark exited non-zero: ``reason`` is its last
+    ``fedbandit: error:`` line (else the last line of its log), ``log`` the log file."""
+
+    def __init__(self, args: Sequence[str], returncode: int, log: Path) -> None:
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        errors = [line for line in lines if line.startswith("fedbandit: error:")]
+        last = errors[-1] if errors else next((ln for ln in reversed(lines) if ln.strip()), "")
+        self.reason = f"exit {returncode}: {last.removeprefix('fedbandit: error:').strip()}"
+        self.log = log
+        tail = "\n".join(lines[-30:])
+        super().__init__(f"`fedbandit {' '.join(args)}` failed ({returncode}):\n{tail}")
+
+
 def run_fedbandit(args: Sequence[str], log: Path) -> float:
     """``fedbandit ARGS`` in a child process (interpreter start-up included); its wall seconds.
     The child runs in a session of its own; when interrupted (or past ``RUN_TIMEOUT``) it gets
@@ -259,8 +273,7 @@ def run_fedbandit(args: Sequence[str], log: Path) -> float:
         raise
     seconds = time.perf_counter() - started
     if process.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise RuntimeError(f"`fedbandit {' '.join(args)}` failed ({process.returncode}):\n{tail}")
+        raise CommandFailedError(args, process.returncode, log)
     return seconds
 
 

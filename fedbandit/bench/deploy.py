@@ -31,14 +31,21 @@ themselves are in ``fedbandit.bench.deploy_steps``, the loopback deployment they
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from fedbandit.bench.cluster import NUM_NODES, RUN_TIMEOUT, Cluster, wait_for_nodes
-from fedbandit.bench.common import Table
+from fedbandit.bench.cluster import (
+    NUM_NODES,
+    RUN_TIMEOUT,
+    Cluster,
+    CommandFailedError,
+    wait_for_nodes,
+)
+from fedbandit.bench.common import BenchmarkFailedError, Table
 from fedbandit.bench.deploy_steps import (
     FULL,
     QUICK,
@@ -57,7 +64,8 @@ from fedbandit.flower.submission import Submission
 def bench_deploy(quick: bool = False, workdir: Path | None = None) -> dict[str, Any]:
     """Steps 1-6 on one SuperLink and four SuperNodes started (and stopped) here. State and logs
     go to a temporary folder, removed after a successful run (kept after a failure); with
-    ``workdir`` they go there and are kept."""
+    ``workdir`` they go there and are kept. A step that cannot finish raises
+    ``BenchmarkFailedError`` with its reason and that folder."""
     sizes = QUICK if quick else FULL
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -82,8 +90,13 @@ def bench_deploy(quick: bool = False, workdir: Path | None = None) -> dict[str, 
             contextual = measure_contextual(cluster, later, sizes, root)
             secure = measure_secure(cluster, later, sizes, root)
             ok = True
+        except CommandFailedError as error:
+            raise BenchmarkFailedError(f"`fedbandit run` {error.reason}", logs=str(root)) from error
+        except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise BenchmarkFailedError(reason, logs=str(root)) from error
         except BaseException:
-            print(f"fedbandit bench deploy: failed; logs kept in {root}", file=sys.stderr)
+            print(f"fedbandit bench deploy: interrupted; logs kept in {root}", file=sys.stderr)
             raise
         finally:
             cluster.close()

@@ -14,11 +14,16 @@ every 0.2 s) and, after the run, the SuperNode process and the executor apart.
 Every node shares this machine's cores, so the round time here grows with N for want of CPU (each
 idle node polls the SuperLink every 0.2 s), not for want of network: it is the figure of a
 laptop or a single test host, an upper bound for nodes on hosts of their own.
+
+A count that does not finish (the run exits non-zero, nodes do not come online, a process of the
+deployment dies, or the run passes ``RUN_TIMEOUT``) is a row of its own with the reason, and the
+benchmark goes on with the next count; the logs are then kept and their folder printed.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,8 +63,29 @@ def node_memory_split(pid: int) -> tuple[float, float]:
     return own, sum(rss_kb(child) for child in tree[1:]) / 1024
 
 
+def unfinished_count(
+    num_nodes: int, clients: int, horizon: int, error: BaseException
+) -> dict[str, Any]:
+    """The row of a count that did not finish: ``reason`` is one line saying why."""
+    if isinstance(error, loopback.CommandFailedError):
+        reason = f"`fedbandit run` {error.reason}"
+    elif isinstance(error, subprocess.TimeoutExpired):
+        reason = f"`fedbandit run` not finished after {loopback.RUN_TIMEOUT:.0f} s"
+    else:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return {"nodes": num_nodes, "M": clients, "T": horizon, "finished": False, "reason": reason}
+
+
 def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dict[str, Any]:
-    """One deployment of ``num_nodes`` SuperNodes and one ``fedbandit run`` on it."""
+    """One deployment of ``num_nodes`` SuperNodes and one ``fedbandit run`` on it; a count that
+    did not finish is returned as ``unfinished_count``'s row."""
+    try:
+        return _measure_count(root, num_nodes, clients, horizon)
+    except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as error:
+        return unfinished_count(num_nodes, clients, horizon, error)
+
+
+def _measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dict[str, Any]:
     folder = root / f"nodes-{num_nodes}"
     folder.mkdir()
     cluster = loopback.Cluster(folder)
@@ -97,6 +123,7 @@ def measure_count(root: Path, num_nodes: int, clients: int, horizon: int) -> dic
         "nodes": num_nodes,
         "M": clients,
         "T": horizon,
+        "finished": True,
         "rounds": len(latency),
         "startup_s": startup,
         "wall_s": wall,
@@ -118,8 +145,8 @@ def bench_nodes(
     quick: bool = False, workdir: Path | None = None, counts: Sequence[int] | None = None
 ) -> dict[str, Any]:
     """Every count of ``NODE_COUNTS`` (``QUICK_COUNTS`` with ``quick``) in turn. State and logs go
-    to a temporary folder, removed after a successful run (kept after a failure); with
-    ``workdir`` they go there and are kept."""
+    to a temporary folder, removed when every count finished (kept, and its path printed, when
+    one did not or the benchmark was interrupted); with ``workdir`` they go there and are kept."""
     counts = tuple(counts or (QUICK_COUNTS if quick else NODE_COUNTS))
     clients, horizon = (QUICK_CLIENTS, QUICK_HORIZON) if quick else (CLIENTS, HORIZON)
     if workdir is not None:
@@ -131,19 +158,27 @@ def bench_nodes(
         try:
             for count in counts:
                 rows.append(measure_count(root, count, clients, horizon))
-            ok = True
+            ok = all(row.get("finished", True) for row in rows)
         except BaseException:
-            print(f"fedbandit bench nodes: failed; logs kept in {root}", file=sys.stderr)
+            print(f"fedbandit bench nodes: interrupted; logs kept in {root}", file=sys.stderr)
             raise
         finally:
             if ok and workdir is None:
                 shutil.rmtree(root, ignore_errors=True)
+    if not ok:
+        unfinished = [str(row["nodes"]) for row in rows if not row.get("finished", True)]
+        print(
+            f"fedbandit bench nodes: N = {', '.join(unfinished)} did not finish; logs kept in "
+            f"{root}",
+            file=sys.stderr,
+        )
     return {"quick": quick, "counts": list(counts), "runs": rows}
 
 
 def format_nodes(result: dict[str, Any]) -> Table:
     """Title and rows of ``fedbandit bench nodes``: one row per node count."""
     runs = result["runs"]
+    finished = [run for run in runs if run.get("finished", True)]
     first = runs[0] if runs else {"M": 0, "T": 0}
     title = f"nodes: fedpe_tiny (Fed-PE) M={first['M']} T={first['T']} on N SuperNodes, one machine"
     rows: list[tuple[str, ...]] = [
@@ -152,8 +187,11 @@ def format_nodes(result: dict[str, Any]) -> Table:
             "same as local", "dropped", "500s retried", "node peak MB", "SuperNode / executor MB",
         )
     ]  # fmt: skip
-    base = runs[0]["median_round_s"] if runs else float("nan")
+    base = finished[0]["median_round_s"] if finished else float("nan")
     for run in runs:
+        if not run.get("finished", True):
+            rows.append((str(run["nodes"]), f"did not finish: {run['reason']}"))
+            continue
         rows.append(
             (
                 str(run["nodes"]),

@@ -11,33 +11,33 @@ import sys
 import threading
 
 from fedbandit._version import __version__
-from fedbandit.cli import bench, catalogue, deploy, plot, run, sweep
-from fedbandit.cli.options import add_experiments_option, use_experiment_folders
+from fedbandit.cli import bench, catalogue, deploy, docs, plot, run, sweep
+from fedbandit.cli.options import PlainHelpParser, add_experiments_option, use_experiment_folders
 from fedbandit.errors import FedbanditError
 from fedbandit.threads import kernel_threads, process_defaults
 
 #: What ``fedbandit --help`` says before the commands.
 DESCRIPTION = """Command line of fedbandit.
 
-Commands: ``list`` (experiments; ``--algorithms``, ``--instances``: what is registered, plugins
-included), ``run`` (an experiment on a runtime), ``sweep`` (a parameter study), ``collect`` (one
-table from run folders), ``plot`` (rebuild a results or sweep folder's plots),
-``bench`` (benchmarks), and for Flower deployments ``superlink``, ``supernode``, ``keys``,
-``register-node``, and ``status`` and ``pull`` (a run submitted with ``run --detach``). Every
-foreseeable error is one line on standard error with exit status 2; a run left incomplete (an
-aborted seed, a deployment that failed mid-run: the folder keeps the finished seeds and
-resumes) exits with 3, an interrupted one (Ctrl-C, SIGTERM) with 130; ``pull`` exits with 75
-while the detached run goes on, and ``status`` and ``pull`` exit with 75 when the SuperLink
-cannot answer now (down, or too busy to return the run's log in time): ask again.
+Commands: list (experiments; --algorithms, --instances: what is registered, plugins included),
+run (an experiment on a runtime), sweep (a parameter study), collect (one table from run
+folders), plot (rebuild a results or sweep folder's plots), bench (benchmarks), docs (the
+documentation, offline), cite (BibTeX for fedbandit and its algorithms), and for Flower
+deployments superlink, supernode, keys, register-node, and status and pull (a run submitted with
+run --detach). Every foreseeable error is one line on standard error with exit status 2; a run
+left incomplete (an aborted seed, a deployment that failed mid-run: the folder keeps the finished
+seeds and resumes) exits with 3, an interrupted one (Ctrl-C, SIGTERM) with 130; pull exits with
+75 while the detached run goes on, and status and pull exit with 75 when the SuperLink cannot
+answer now (down, or too busy to return the run's log in time): ask again.
 """
 
 #: The command groups, in the order their commands appear in ``fedbandit --help``.
-GROUPS = (catalogue, run, deploy, sweep, plot, bench)
+GROUPS = (catalogue, run, deploy, sweep, plot, bench, docs)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the whole command line: global options, then every group's commands."""
-    parser = argparse.ArgumentParser(prog="fedbandit", description=DESCRIPTION)
+    parser = PlainHelpParser(prog="fedbandit", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"fedbandit {__version__}")
     add_experiments_option(parser, "global_experiments")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -5,10 +5,30 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 
 from fedbandit.config import EXPERIMENTS_VARIABLE
 from fedbandit.errors import ConfigError
+
+#: reST inline literal markup (``name``), which help texts taken from docstrings may carry.
+_REST_LITERAL = re.compile(r"``([^`]+?)``")
+
+
+def plain(text: str) -> str:
+    """Help text as a terminal shows it: a reST literal ``name`` becomes `name`."""
+    return _REST_LITERAL.sub(r"`\1`", text)
+
+
+class PlainHelpParser(argparse.ArgumentParser):
+    """An argument parser whose help and usage are plain text (no reST markup); the parsers of
+    its subcommands are of the same class."""
+
+    def format_help(self) -> str:
+        return plain(super().format_help())
+
+    def format_usage(self) -> str:
+        return plain(super().format_usage())
 
 
 def add_experiments_option(parser: argparse.ArgumentParser, dest: str = "experiments") -> None:

@@ -79,22 +79,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"fedbandit: {seed} went on without clients {sorted(map(int, dropped))}")
     if stopped is not None:
         print(f"fedbandit: error: {stopped}", file=sys.stderr)
+    not_asked = manifest.get("not_requested", [])
     if manifest["status"] == "complete":
+        if not_asked:  # every run asked for (--algorithms) is done: the folder lacks the others
+            others = sorted({run.split("/")[0] for run in not_asked})
+            print(
+                f"fedbandit: every run asked for is done; the folder lacks {len(not_asked)} "
+                f"runs of {', '.join(others)} (not asked for: rerun with --out {run_dir} "
+                "without --algorithms to add them)",
+                file=sys.stderr,
+            )
         return 0
     aborted = manifest.get("aborted_seeds", {})
     missing = manifest.get("missing_runs", [])
-    asked = set(args.algorithms.split(",")) if args.algorithms else None
-    not_asked = [run for run in missing if asked is not None and run.split("/")[0] not in asked]
-    if stopped is None and not aborted and len(not_asked) == len(missing):
-        # Every run asked for (--algorithms) is done: the folder only lacks the others.
-        others = sorted({run.split("/")[0] for run in not_asked})
-        print(
-            f"fedbandit: every run asked for is done; the folder lacks {len(not_asked)} runs of "
-            f"{', '.join(others)} (not asked for: rerun with --out {run_dir} without "
-            "--algorithms to add them)",
-            file=sys.stderr,
-        )
-        return 0
     print(
         f"fedbandit: the run is incomplete ({len(aborted)} aborted, {len(missing)} not run); "
         f"rerun with --out {run_dir} (and without --algorithms) to finish it",
@@ -194,7 +191,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="flower-sim and flower: the fields a server only sums travel through Flower's "
         "SecAgg+, so the server sees their sum over nodes, not each node's (3 or more nodes; "
-        "see docs/secure-aggregation.md)",
+        "see `fedbandit docs secure-aggregation`)",
     )
     run.add_argument(
         "--secure-threshold",

@@ -1,6 +1,6 @@
-"""Real-data problem instances; their data cards are the repository's ``datasets/*.md``
-(``README.md``, ``movielens20m.md``, ``mslr_web10k.md``), shipped in the wheel (``fedbandit list
---instances`` prints where).
+"""Real-data problem instances; their data cards are shipped with the package (``fedbandit docs
+datasets``, ``fedbandit docs movielens20m``, ``fedbandit docs mslr_web10k``; ``fedbandit list
+--instances`` prints where they are).
 
 - ``movielens100k``: MovieLens-100K through the Fed-PE paper's pipeline (the user's own file);
 - ``sklearn``: scikit-learn's bundled classification sets (digits, wine, breast_cancer, iris);

@@ -96,9 +96,8 @@ def resolve_path(path: str | Path) -> Path:
     how = (
         f"MovieLens-100K is published by GroupLens ({GROUPLENS_URL}) and may not be "
         "redistributed, so it is not included and is never downloaded: download ml-100k.zip "
-        "yourself, unzip it, and pass the folder, e.g. `make experiment NAME=fedpe_movielens "
-        "DATA=/path/to/ml-100k` or `fedbandit run fedpe_movielens --set "
-        "instance.path=/path/to/ml-100k`"
+        "yourself, unzip it, and pass the folder: `fedbandit run fedpe_movielens --set "
+        "instance.path=/path/to/ml-100k` (the data cards: `fedbandit docs datasets`)"
     )
     if not text:
         raise MissingDataError(f"no MovieLens-100K file given (instance.path is empty). {how}")

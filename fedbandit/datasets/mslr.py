@@ -40,7 +40,7 @@ LinUCB family's arm choice (first maximum of the index, computed arm by arm in a
 ``fedbandit.contextual.kernels.select_arms``) never picks a copy over its original: the play is
 the authors'. It costs time: every slot is scored (about K / mean n_q times the authors' work).
 
-What their code leaves open (stated in the data card, ``datasets/mslr_web10k.md``):
+What their code leaves open (stated in the data card, ``fedbandit docs mslr_web10k``):
 
 - Which file ``mslr.txt`` is: their README says to save MSLR-WEB10K "as mslr.txt"; the code it
   came from (``adith387/slates_semisynth_expts``) reads ``MSLR-WEB10K/mslr.txt`` besides the fold
@@ -160,9 +160,8 @@ def how_to_get() -> str:
     return (
         f"MSLR-WEB10K is published by Microsoft Research ({MSLR_URL}); fedbandit does not "
         "include it and never downloads it: download MSLR-WEB10K.zip yourself, unzip it, and "
-        "pass the folder (or one LETOR file), e.g. `make experiment NAME=fed_private_mslr "
-        "DATA=/path/to/MSLR-WEB10K` or `fedbandit sweep fed_private_mslr --set "
-        "instance.path=/path/to/MSLR-WEB10K`"
+        "pass the folder (or one LETOR file): `fedbandit sweep fed_private_mslr --set "
+        "instance.path=/path/to/MSLR-WEB10K` (the data card: `fedbandit docs mslr_web10k`)"
     )
 
 

@@ -84,10 +84,9 @@ PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 LISTED_USERS = 1000
 
 HOW = (
-    "Make the files from your own copy of MovieLens-20M with `python -m "
-    "fedbandit.datasets.movielens20m RAW_FOLDER OUT_FOLDER` (see datasets/movielens20m.md), then "
-    "pass OUT_FOLDER: `make experiment NAME=fed_contextual_movielens20m DATA=OUT_FOLDER` or "
-    "`--set instance.path=OUT_FOLDER`"
+    "Make the files from your own copy of MovieLens-20M with `fedbandit prepare movielens20m "
+    "RAW_FOLDER OUT_FOLDER`, then pass OUT_FOLDER: `fedbandit run fed_contextual_movielens20m "
+    "--set instance.path=OUT_FOLDER` (the data card: `fedbandit docs movielens20m`)"
 )
 
 

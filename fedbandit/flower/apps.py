@@ -13,6 +13,7 @@ exactly once) and runs ``run_federation`` over a ``FlowerGridRuntime``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -21,7 +22,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from logging import ERROR, WARNING
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,9 @@ from fedbandit.flower.codec import (
     encode_state,
     encode_steps,
     get_ahead,
+    remember_reply,
+    remembered_reply,
+    request_key,
     set_handler_seconds,
 )
 from fedbandit.flower.grid_runtime import FlowerGridRuntime, discover_nodes
@@ -98,7 +101,7 @@ __all__ = [
 ]
 
 
-@lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=4)
 def _instance(config_json: str) -> Instance:
     return build_instance(validate_experiment(json.loads(config_json)).instance)
 
@@ -118,7 +121,7 @@ def _jobs(jobs: FlowerJob | Sequence[FlowerJob] | None) -> list[FlowerJob] | Non
     return [jobs] if isinstance(jobs, FlowerJob) else None if jobs is None else list(jobs)
 
 
-@lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=4)
 def _jobs_of_run(text: str) -> list[FlowerJob] | None:
     """The jobs of a detached deployment run (its run config's ``jobs``: a JSON list of jobs),
     run one after another by one ServerApp; None for a run of one ``job``."""
@@ -252,6 +255,28 @@ def _client_logic(
     return logic, store
 
 
+def answered_once(
+    handler: Callable[[Message, Context], Message],
+) -> Callable[[Message, Context], Message]:
+    """``handler``, answering a request it answered last (the same ``request_key``) with the
+    kept answer instead of doing the work again: the ServerApp sends a request again when the
+    reply's upload was lost (``FlowerGridRuntime``), and a client group's state must advance
+    once per round. The answer is kept in ``context.state``, which the SuperNode keeps."""
+
+    @functools.wraps(handler)
+    def answer_once(message: Message, context: Context) -> Message:
+        key = request_key(message)
+        kept = remembered_reply(key, context.state)
+        if kept is not None:
+            log(WARNING, "%s asked again: sending the kept answer", message.metadata.message_type)
+            return Message(kept, reply_to=message)
+        reply = handler(message, context)
+        remember_reply(key, reply.content, context.state)
+        return reply
+
+    return answer_once
+
+
 def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> ClientApp:
     """The ClientApp of ``jobs`` (a simulation: each message names its job by ``group_id``);
     without them (a deployment) each message reads its job from the run config."""
@@ -300,6 +325,7 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
         return logic, replies
 
     @app.train("step")
+    @answered_once
     def step(message: Message, context: Context) -> Message:
         started = time.perf_counter()
         _, replies = answer(message, message.content, context)

@@ -355,8 +355,8 @@ def make_dev_pki(
 def next_steps(pki: DevPki, port: int = DEFAULT_SUPERLINK_PORT) -> str:
     """The commands that start a TLS deployment with ``pki``'s files (absolute paths), in order:
     the SuperLink, the registration of the node keys, the SuperNodes, a run. They are the
-    docs' "Run across hosts" commands (docs/deployments.md), with the fedbandit wrappers and
-    their default ports."""
+    docs' "Run across hosts" commands (``fedbandit docs deployments``), with the fedbandit
+    wrappers and their default ports."""
     ca, out = pki.ca_cert.resolve(), pki.out_dir.resolve()
     host = pki.hosts[0]
     superlink = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import Message as FlowerMessage
 
 from fedbandit.federation.messages import Message
 from fedbandit.federation.run_ahead import Ahead
@@ -58,6 +59,9 @@ INLINE_BYTES = 4 * 1024 * 1024
 AHEAD_STATE_KEY = "fedbandit.ahead.base"
 AHEAD_SCALARS_KEY = "fedbandit.ahead.scalars"
 AHEAD_INFO_KEY = "fedbandit.ahead.info"
+#: ``context.state``: the request a node answered last, and that answer's records (prefixed).
+LAST_REQUEST_KEY = "fedbandit.last-request"
+LAST_REPLY_PREFIX = "fedbandit.last-reply:"
 
 
 def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[list[Any]]]:
@@ -430,13 +434,53 @@ def decode_state(
 
 
 def clear_group_state(target: RecordDict) -> None:
-    """Remove a client group's state and run-ahead memory from ``target`` (``context.state``)."""
+    """Remove a client group's state, run-ahead memory and last answer from ``target``
+    (``context.state``)."""
     for key in (STATE_KEY, AHEAD_STATE_KEY):
         if key in target.array_records:
             del target.array_records[key]
     for key in (SCALARS_KEY, AHEAD_SCALARS_KEY, AHEAD_INFO_KEY):
         if key in target.config_records:
             del target.config_records[key]
+    _forget_reply(target)
+
+
+def request_key(message: FlowerMessage) -> str:
+    """What identifies a request: its type, job (group id) and content (Flower's content hash):
+    sent again after its reply's upload was lost, a request has the same key."""
+    meta = message.metadata
+    return f"{meta.message_type}|{meta.group_id}|{message.content.object_id}"
+
+
+def _forget_reply(target: RecordDict) -> None:
+    for name in [n for n in target if n.startswith(LAST_REPLY_PREFIX)]:
+        del target[name]
+    if LAST_REQUEST_KEY in target.config_records:
+        del target.config_records[LAST_REQUEST_KEY]
+
+
+def remember_reply(key: str, reply: RecordDict, target: RecordDict) -> None:
+    """Keep the answer ``reply`` to the request ``key`` in ``target`` (``context.state``), in
+    place of the one kept before."""
+    _forget_reply(target)
+    for name, record in reply.items():
+        target[LAST_REPLY_PREFIX + name] = record
+    target.config_records[LAST_REQUEST_KEY] = ConfigRecord({"key": key})
+
+
+def remembered_reply(key: str, source: RecordDict) -> RecordDict | None:
+    """The answer kept by ``remember_reply`` when ``key`` is the request it answered, else
+    None."""
+    last = source.config_records.get(LAST_REQUEST_KEY)
+    if last is None or last.get("key") != key:
+        return None
+    return RecordDict(
+        {
+            name.removeprefix(LAST_REPLY_PREFIX): record
+            for name, record in source.items()
+            if name.startswith(LAST_REPLY_PREFIX)
+        }
+    )
 
 
 def encode_ahead(ahead: Ahead, target: RecordDict) -> None:

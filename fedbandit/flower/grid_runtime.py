@@ -10,10 +10,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
+from logging import WARNING
 from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Message, RecordDict
+from flwr.common import log
 from flwr.serverapp import Grid
 
 from fedbandit.errors import DeploymentError
@@ -48,6 +50,14 @@ if TYPE_CHECKING:
 __all__ = ["FlowerGridRuntime", "discover_nodes"]
 
 
+#: Messages sent to a node again when its reply's upload was lost (``FlowerGridRuntime._send``):
+#: a step is answered from the node's kept answer (``fedbandit.flower.apps.answered_once``), a
+#: regret query and a hello change nothing on the node (a regret query's rewind is done once).
+ASK_AGAIN = frozenset({"query.hello", "train.step", "query.regret"})
+#: How many times one exchange asks one node again.
+ASK_AGAIN_TIMES = 2
+
+
 def describe_error(reply: Message) -> str:
     """Why a node's reply is an error. Flower's ServerApp turns a reply whose objects never
     arrived (its sender stopped while uploading: killed, or its host lost) into an error reply
@@ -61,8 +71,10 @@ def describe_error(reply: Message) -> str:
 class FlowerGridRuntime(Runtime):
     """Delivers each round's message to the nodes through a Flower ``Grid``.
 
-    Every round has a deadline, ``timeout`` seconds after the push. A node is lost as a whole when
-    it answers with an error, stays silent until the deadline, or sends a reply that cannot be
+    Every round has a deadline, ``timeout`` seconds after the push. A connected node whose reply
+    was lost in its upload (Flower's "objects unavailable" error) is asked again, at most
+    ``ASK_AGAIN_TIMES`` times, within that deadline. A node is lost as a whole when it answers
+    with another error, stays silent until the deadline, or sends a reply that cannot be
     trusted: wrong clients, round, dtype kind or non-finite values (the codec); a field it echoes
     with another shape than was sent; a sparse field its mask does not fit; a field whose dtype or
     shape differs from the same field in earlier accepted replies of that kind; a structure (kind,
@@ -138,6 +150,8 @@ class FlowerGridRuntime(Runtime):
         #: node's ClientApp handler seconds (the rest of the exchange is Flower's transport).
         self.timings: list[dict[str, float | int | str]] = []
         self._last_end = time.perf_counter()
+        #: Requests sent to a node again after its reply's upload was lost (``_ask_again``).
+        self.asked_again = 0
 
     def _send(self, messages: list[Message]) -> tuple[dict[int, Message], dict[int, str], set[int]]:
         """Push, then pull until every node replied or the deadline. Returns the good replies and
@@ -145,10 +159,13 @@ class FlowerGridRuntime(Runtime):
         if not messages:
             return {}, {}, set()
         ids = list(self.grid.push_messages(messages))
-        node_of = {mid: m.metadata.dst_node_id for mid, m in zip(ids, messages, strict=True)}
+        sent = dict(zip(ids, messages, strict=True))
+        node_of = {mid: m.metadata.dst_node_id for mid, m in sent.items()}
         pending: set[str] = set(ids)
         replies: dict[int, Message] = {}
         errors: dict[int, str] = {}
+        asked_again: dict[int, int] = {}
+        lost_upload: dict[int, str] = {}  # nodes asked again, with the reason
         deadline = time.monotonic() + self.timeout
         while pending and time.monotonic() < deadline:
             check_stop(self.stop)
@@ -157,13 +174,49 @@ class FlowerGridRuntime(Runtime):
                 if mid not in pending:  # a stray or repeated reply: not an answer we wait for
                     continue
                 pending.discard(mid)
-                if reply.has_error():
-                    errors[node_of[mid]] = describe_error(reply)
+                node = node_of[mid]
+                if reply.has_error() and self._ask_again(sent[mid], reply, asked_again):
+                    lost_upload[node] = describe_error(reply)
+                    again = self._message(sent[mid].content, node, sent[mid].metadata.message_type)
+                    (new_id,) = self.grid.push_messages([again])
+                    sent[new_id], node_of[new_id] = again, node
+                    pending.add(new_id)
+                elif reply.has_error():
+                    errors[node] = describe_error(reply)
                 else:
-                    replies[node_of[mid]] = reply
+                    replies[node] = reply
             if pending:
                 time.sleep(self.poll_seconds)
-        return replies, errors, {node_of[mid] for mid in pending}
+        silent = {node_of[mid] for mid in pending}
+        for node in silent & set(lost_upload):  # a node asked again, then silent: say why
+            errors[node] = (
+                f"{lost_upload[node]}; asked again, it did not answer within {self.timeout:g} s"
+            )
+        return replies, errors, silent - set(lost_upload)
+
+    def _ask_again(self, message: Message, reply: Message, asked_again: dict[int, int]) -> bool:
+        """True when ``reply`` is Flower's "objects unavailable" error for a node still connected
+        and ``message`` may be sent to it again (``ASK_AGAIN``, at most ``ASK_AGAIN_TIMES`` per
+        exchange): the node answered, but its reply's upload was lost (a push session that
+        expired, or an object a locked SuperLink store lost after accepting it). The node
+        answers a request it already answered with the same reply (``build_client_app``)."""
+        node = message.metadata.dst_node_id
+        if (
+            reply.error.code != pull_backoff.MESSAGE_UNAVAILABLE
+            or message.metadata.message_type not in ASK_AGAIN
+            or asked_again.get(node, 0) >= ASK_AGAIN_TIMES
+            or node not in set(self.grid.get_node_ids())
+        ):
+            return False
+        asked_again[node] = asked_again.get(node, 0) + 1
+        log(
+            WARNING,
+            "node %s's reply to %s was lost in its upload (%s): asking it again (%d of %d)",
+            node, message.metadata.message_type, reply.error.reason, asked_again[node],
+            ASK_AGAIN_TIMES,
+        )  # fmt: skip
+        self.asked_again += 1
+        return True
 
     def _message(self, content: RecordDict, node: int, message_type: str) -> Message:
         return Message(content, dst_node_id=node, message_type=message_type, group_id=self.group_id)
@@ -763,6 +816,7 @@ def discover_nodes(
     needed[absent] = False
     ranges: dict[int, np.ndarray] = {}
     asked: dict[str, int] = {}  # hello message id -> node
+    hellos_again: dict[int, int] = {}
     failed: dict[int, str] = {}
     covered_at: float | None = None
     while True:
@@ -782,6 +836,13 @@ def discover_nodes(
         for reply in grid.pull_messages(pending) if pending else []:
             node = asked.get(reply.metadata.reply_to_message_id)
             if node is None or node in ranges or node in failed:
+                continue
+            if reply.has_error() and _hello_again(grid, node, reply, hellos_again):
+                again = Message(
+                    RecordDict({}), dst_node_id=node, message_type="query.hello", group_id=group_id
+                )
+                del asked[reply.metadata.reply_to_message_id]  # answered: never pulled again
+                asked.update(zip(grid.push_messages([again]), [node], strict=True))
                 continue
             if reply.has_error():
                 failed[node] = f"error reply (code {reply.error.code}): {reply.error.reason}"
@@ -815,6 +876,20 @@ def discover_nodes(
                 _unserved(np.flatnonzero((counts == 0) & needed), job, ranges, failed, silent)
             )
         time.sleep(job.poll_seconds)
+
+
+def _hello_again(grid: Grid, node: int, reply: Message, asked_again: dict[int, int]) -> bool:
+    """True when a hello's reply was lost in its upload (Flower's "objects unavailable") and the
+    node, still connected, may be asked again (at most ``ASK_AGAIN_TIMES``)."""
+    if (
+        reply.error.code != pull_backoff.MESSAGE_UNAVAILABLE
+        or asked_again.get(node, 0) >= ASK_AGAIN_TIMES
+        or node not in set(grid.get_node_ids())
+    ):
+        return False
+    asked_again[node] = asked_again.get(node, 0) + 1
+    log(WARNING, "node %s's hello reply was lost in its upload: asking it again", node)
+    return True
 
 
 def _refuse_overlaps(ranges: dict[int, np.ndarray], node: int) -> None:

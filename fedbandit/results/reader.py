@@ -46,7 +46,8 @@ class Results:
       run, all clients).
     - ``summary``: one row per algorithm, the columns of ``summary.json``.
     Only seeds that finished (status complete) are included; ``manifest["status"]`` says whether
-    the run is complete.
+    every run asked for is done (a run limited to some algorithms is complete when those are;
+    ``manifest["not_requested"]`` lists the experiment's runs it did not ask for).
     """
 
     config: ExperimentConfig
@@ -59,6 +60,7 @@ class Results:
 
     @property
     def complete(self) -> bool:
+        """Every (algorithm, seed) the run asked for finished."""
         return self.manifest.get("status") == "complete"
 
     def final_regret(self) -> pd.DataFrame:

@@ -53,6 +53,10 @@ def summarize(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         "horizon": horizon,
         "seeds": manifest["seeds"],
         "status": manifest["status"],
+        "requested_algorithms": manifest.get("requested", {}).get(
+            "algorithms", manifest.get("algorithms", [])
+        ),
+        "not_requested": manifest.get("not_requested", []),
         "interval": INTERVAL + " (lower end clipped at 0; none for a single seed)",
         "units": {
             "final_regret": "R(T)/M: cumulative regret per client",
@@ -201,16 +205,23 @@ def largest_privacy(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str, Any]) -> None:
-    """The manifest's status: "incomplete" while any (algorithm, seed) of the folder is not done
-    (aborted by lost clients, or not run yet, as after ``--algorithms``); the aborted seeds with
-    the reason, the runs still missing, and the clients dropped from each seed."""
-    aborted, dropped, missing = {}, {}, []
+    """The manifest's status: "incomplete" while any (algorithm, seed) asked for is not done
+    (aborted by lost clients, or not run yet), else "complete"; the aborted seeds with the
+    reason, the runs asked for still missing, the runs of the experiment's other algorithms
+    that a run limited with ``--algorithms`` (the manifest's ``requested``) did not ask for and
+    the folder lacks (``not_requested``: a later run without ``--algorithms`` adds them), and
+    the clients dropped from each seed."""
+    aborted, dropped = {}, {}
+    missing: list[str] = []
+    not_requested: list[str] = []
+    requested = set(manifest.get("requested", {}).get("algorithms", config.algorithms))
     privacy: dict[str, Any] = {}  # each private algorithm's accountant and its inputs
     for algorithm in config.algorithms:
         for seed in manifest.get("seeds", range(config.seeds)):
             path = seed_stem(run_dir, algorithm, seed).with_suffix(".json")
             if not path.is_file():
-                missing.append(f"{algorithm}/seed_{seed}")
+                label = f"{algorithm}/seed_{seed}"
+                (missing if algorithm in requested else not_requested).append(label)
                 continue
             info = read_json(path)
             if "privacy" in info.get("report", {}):
@@ -224,4 +235,5 @@ def record_failures(run_dir: Path, config: ExperimentConfig, manifest: dict[str,
         manifest["privacy"] = {name: largest_privacy(found) for name, found in privacy.items()}
     manifest["aborted_seeds"] = aborted
     manifest["missing_runs"] = missing
+    manifest["not_requested"] = not_requested
     manifest["dropped_clients"] = dropped

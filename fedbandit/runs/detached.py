@@ -20,6 +20,7 @@ from fedbandit.results.files import (
     seed_status,
     write_files,
 )
+from fedbandit.results.provenance import write_citations
 from fedbandit.results.summary import record_failures, summarize
 from fedbandit.runs.planning import check_out_dir, prepare_run_folder, recorded_data_files
 from fedbandit.runs.report import plot_after_run
@@ -185,6 +186,7 @@ def _take_seeds(
     manifest["detached"]["flower_status"] = state.status
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
+    write_citations(run_dir, config.algorithms)
     atomic_write_json(run_dir / "manifest.json", manifest)
     if plots and manifest["status"] == "complete":
         plot_after_run(run_dir, manifest)

@@ -86,7 +86,7 @@ def preflight(
                 "sums over nodes (it exchanges with one client at a time, needs each client's "
                 "values, or is not supported yet), so masking would hide nothing; run it "
                 "without --secure-aggregation or leave it out (--algorithms); see "
-                "docs/secure-aggregation.md"
+                "`fedbandit docs secure-aggregation`"
             )
     if options is not None and options.runtime == "flower" and options.secure_aggregation:
         # before the folder exists: a deployment with too few SuperNodes for SecAgg+
@@ -252,12 +252,15 @@ def prepare_run_folder(
     instance: Instance,
     other_seeds: bool = False,
     seeds: list[int] | None = None,
+    requested_algorithms: list[str] | None = None,
 ) -> dict[str, Any]:
     """Create or reopen the run folder; refuses (``check_run_folder``, before anything is
     written) to mix two different experiments, runtime options that change results, or two
     versions of a data file in one folder (the differing keys or the file are named), and to
     resume with fewer seeds than the folder holds finished (their files would be ignored). The
-    manifest's ``data_files`` are those of the folder's first run, never rewritten."""
+    manifest's ``data_files`` are those of the folder's first run, never rewritten. The
+    manifest's ``requested`` records what this run asks for (``requested_algorithms``, default
+    all; the seeds), so that its status says whether that is done."""
     config_path = run_dir / "config.toml"
     manifest_path = run_dir / "manifest.json"
     current = config_dict(config)
@@ -276,6 +279,10 @@ def prepare_run_folder(
             "algorithms": config.algorithms,
             "horizon": config.horizon,
             "seeds": list(seeds) if seeds is not None else list(range(config.seeds)),
+            "requested": {
+                "algorithms": list(requested_algorithms or config.algorithms),
+                "seeds": list(seeds) if seeds is not None else list(range(config.seeds)),
+            },
             "base_seed": config.base_seed,
             "workers": workers,
             "runtime": options.runtime,

@@ -31,6 +31,16 @@ def plot_after_run(run_dir: Path, manifest: dict[str, Any]) -> None:
             atomic_write_json(run_dir / "manifest.json", manifest)
 
 
+def _subset(summary: dict[str, Any]) -> str:
+    """How the status line names a run limited with ``--algorithms``: what it asked for."""
+    not_requested = summary.get("not_requested") or []
+    if not not_requested:
+        return ""
+    asked = ", ".join(summary.get("requested_algorithms", []))
+    others = sorted({run.split("/")[0] for run in not_requested})
+    return f" for the algorithms asked for ({asked}; not run: {', '.join(others)})"
+
+
 def summary_table(summary: dict[str, Any]) -> str:
     """A plain-text table of the summary for the terminal."""
     header = (
@@ -40,7 +50,7 @@ def summary_table(summary: dict[str, Any]) -> str:
     lines = [
         f"{summary['experiment']}: T = {summary['horizon']}, "
         f"{len(summary['seeds'])} seed{'s' * (len(summary['seeds']) != 1)}, "
-        f"status {summary['status']}",
+        f"status {summary['status']}{_subset(summary)}",
         header,
     ]
     private: list[str] = []

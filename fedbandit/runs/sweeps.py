@@ -18,11 +18,13 @@ from fedbandit.executors.ray_executor import run_on_ray
 from fedbandit.registry import build_instance
 from fedbandit.results.files import (
     atomic_write_json,
+    atomic_write_text,
     read_json,
     remove_stale_temporaries,
     seed_done,
     write_files,
 )
+from fedbandit.results.provenance import CITATIONS_FILE, citations_bib, write_citations
 from fedbandit.results.summary import record_failures, summarize
 from fedbandit.runs.execution import run_tasks
 from fedbandit.runs.planning import (
@@ -137,8 +139,20 @@ def run_sweep(
             "workers": workers,
         }
     )
+    _write_sweep_citations(out_dir, [(out_dir / "points" / p.id, c) for p, c, _ in prepared])
     atomic_write_json(sweep_path, sweep_manifest)
     return out_dir
+
+
+def _write_sweep_citations(out_dir: Path, points: list[tuple[Path, ExperimentConfig]]) -> None:
+    """The study's ``CITATIONS.bib``: fedbandit and the papers of every algorithm that ran at
+    some point (each point folder holds its own)."""
+    ran: list[str] = []
+    for folder, point_config in points:
+        for name in point_config.algorithms:
+            if name not in ran and any((folder / "runs" / name).glob("seed_*.json")):
+                ran.append(name)
+    atomic_write_text(out_dir / CITATIONS_FILE, citations_bib(ran))
 
 
 def _clients(config: ExperimentConfig) -> int:
@@ -192,4 +206,5 @@ def _finish_point(run_dir: Path, config: ExperimentConfig) -> None:
     record_failures(run_dir, config, manifest)
     manifest["updated"] = dt.datetime.now().isoformat(timespec="seconds")
     atomic_write_json(run_dir / "summary.json", summarize(run_dir, manifest))
+    write_citations(run_dir, config.algorithms)
     atomic_write_json(run_dir / "manifest.json", manifest)

@@ -1,0 +1,3 @@
+"""The documentation pages shipped with fedbandit, installed as the data package
+``fedbandit.catalogue.docs`` (``setup.cfg``) and read by ``fedbandit docs``; this file only makes
+the folder a package."""
