@@ -136,7 +136,7 @@ def test_setup_cfg_declares_every_package_and_the_data_packages():
     for folder in DATA_PACKAGES.values():
         assert (ROOT / folder / "__init__.py").is_file(), folder
     data = config["options.package_data"]
-    assert data["fedbandit.catalogue.experiments"].strip() == "*.toml"
+    assert data["fedbandit.catalogue.experiments"].strip() == "*.toml, suites/*.toml"
     assert data["fedbandit.catalogue.datasets"].strip() == "*.md"
     if Path(fedbandit.__file__).resolve().is_relative_to(ROOT):  # the editable install
         for folder in DATA_PACKAGES.values():
