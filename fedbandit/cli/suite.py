@@ -45,7 +45,7 @@ def _cmd_suite(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         force=args.force,
     )
-    json_path, html_path = write_scorecard(out)
+    json_path, html_path = write_scorecard(out, args.bootstrap_reps)
     card = json.loads(json_path.read_text())
     print(score_table(card))
     for note in card["notes"]:
@@ -108,6 +108,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     suite.add_argument(
         "--no-cache", action="store_true", help="run every algorithm inside the suite folder"
+    )
+    suite.add_argument(
+        "--bootstrap-reps",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="bootstrap replications of every interval (default 2000)",
     )
     suite.add_argument("--quiet", action="store_true", help="no progress bar")
     suite.add_argument(

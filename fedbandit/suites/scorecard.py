@@ -21,6 +21,7 @@ import pandas as pd
 from fedbandit.errors import ConfigError
 from fedbandit.results.files import atomic_write_json, atomic_write_text, read_json
 from fedbandit.suites.aggregates import (
+    BOOTSTRAP_REPS,
     PROFILE_TAUS,
     aggregate,
     performance_profile,
@@ -47,7 +48,9 @@ def read_suite_folder(folder: Path) -> tuple[dict[str, Any], pd.DataFrame, pd.Da
     return plan, results, curves
 
 
-def build_scorecard(plan: dict[str, Any], results: pd.DataFrame) -> dict[str, Any]:
+def build_scorecard(
+    plan: dict[str, Any], results: pd.DataFrame, reps: int = BOOTSTRAP_REPS
+) -> dict[str, Any]:
     """scorecard.json's content: per environment its ends and each entry's score, regret and
     communication per client; per algorithm rliable's aggregates over the environments it was
     scored on; the probability of improvement of each algorithm over each other on the
@@ -93,7 +96,7 @@ def build_scorecard(plan: dict[str, Any], results: pd.DataFrame) -> dict[str, An
             "excluded": facts.get("excluded", {}),
         }
     matrices = score_matrices(results)
-    aggregates = {name: aggregate(envs, m).as_dict() for name, (envs, m) in matrices.items()}
+    aggregates = {name: aggregate(envs, m, reps).as_dict() for name, (envs, m) in matrices.items()}
     improvement: dict[str, dict[str, float]] = {}
     for x, (envs_x, m_x) in matrices.items():
         for y, (envs_y, m_y) in matrices.items():
@@ -111,6 +114,7 @@ def build_scorecard(plan: dict[str, Any], results: pd.DataFrame) -> dict[str, An
         "fedbandit": plan.get("fedbandit"),
         "status": plan.get("status"),
         "seeds": plan.get("seeds"),
+        "bootstrap_reps": reps,
         "score": "(R_alone - R) / (R_alone - R_pooled), R the regret per client at T",
         "aggregates": aggregates,
         "probability_of_improvement": improvement,
@@ -119,14 +123,17 @@ def build_scorecard(plan: dict[str, Any], results: pd.DataFrame) -> dict[str, An
     }
 
 
-def write_scorecard(folder: Path) -> tuple[Path, Path]:
-    """scorecard.json and scorecard.html into the suite folder, from its files alone."""
+def write_scorecard(folder: Path, reps: int = BOOTSTRAP_REPS) -> tuple[Path, Path]:
+    """scorecard.json and scorecard.html into the suite folder, from its files alone; every
+    interval from ``reps`` bootstrap replications."""
+    if reps < 100:
+        raise ConfigError(f"--bootstrap-reps must be >= 100, got {reps}")
     folder = Path(folder)
     plan, results, curves = read_suite_folder(folder)
-    card = build_scorecard(plan, results)
+    card = build_scorecard(plan, results, reps)
     json_path, html_path = folder / "scorecard.json", folder / "scorecard.html"
     atomic_write_json(json_path, card)
-    atomic_write_text(html_path, render_html(card, results, curves))
+    atomic_write_text(html_path, render_html(card, results, curves, reps))
     return json_path, html_path
 
 
@@ -177,13 +184,13 @@ def _interval_figure(aggregates: dict[str, Any]) -> str:
     return _png(figure)
 
 
-def _profile_figure(results: pd.DataFrame) -> str:
+def _profile_figure(results: pd.DataFrame, reps: int) -> str:
     from rliable.plot_utils import plot_performance_profiles  # type: ignore[import-untyped]
 
     matrices = score_matrices(results)
     profiles, intervals = {}, {}
     for name, (_, matrix) in matrices.items():
-        profiles[name], intervals[name] = performance_profile(matrix)
+        profiles[name], intervals[name] = performance_profile(matrix, reps=reps)
     figure = _figure((8, 4.5))
     ax = figure.gca()
     plot_performance_profiles(
@@ -248,7 +255,9 @@ def _number(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-def render_html(card: dict[str, Any], results: pd.DataFrame, curves: pd.DataFrame) -> str:
+def render_html(
+    card: dict[str, Any], results: pd.DataFrame, curves: pd.DataFrame, reps: int = BOOTSTRAP_REPS
+) -> str:
     """The self-contained HTML scorecard."""
     e = html.escape
     parts = [
@@ -290,7 +299,7 @@ def render_html(card: dict[str, Any], results: pd.DataFrame, curves: pd.DataFram
             "<h2>Performance profiles</h2><p>The fraction of (seed, environment) "
             "scores above each threshold, with 95% intervals.</p>"
         )
-        parts.append(f'<img alt="performance profiles" src="{_profile_figure(results)}">')
+        parts.append(f'<img alt="performance profiles" src="{_profile_figure(results, reps)}">')
     parts.append("<h2>Scores per environment</h2>")
     names = sorted({label for env in card["environments"].values() for label in env["entries"]})
     header = "".join(f"<th>{e(env)}</th>" for env in card["environments"])
