@@ -193,25 +193,42 @@ def _profile_figure(results: pd.DataFrame, reps: int) -> str:
         profiles[name], intervals[name] = performance_profile(matrix, reps=reps)
     figure = _figure((8, 4.5))
     ax = figure.gca()
+    palette = _palette(len(profiles))
     plot_performance_profiles(
         profiles,
         PROFILE_TAUS,
         performance_profile_cis=intervals,
         ax=ax,
+        colors={name: palette[index] for index, name in enumerate(profiles)},
         xlabel=r"normalised score $\tau$",
         ylabel=r"fraction of runs with score $> \tau$",
     )
-    ax.legend(list(profiles), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    lines = ax.get_lines()[: len(profiles)]  # one line per algorithm, in the dict's order
+    ax.legend(lines, list(profiles), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return _png(figure)
+
+
+def _palette(count: int) -> list[Any]:
+    """``count`` distinct colours (matplotlib's tab20 beyond ten)."""
+    from matplotlib import colormaps  # deferred: matplotlib
+
+    name = "tab10" if count <= 10 else "tab20"
+    colours = colormaps[name].colors  # type: ignore[attr-defined]
+    return [colours[index % len(colours)] for index in range(count)]
 
 
 def _curves_figure(curves: pd.DataFrame, environment: str) -> str:
     figure = _figure((7, 4))
     ax = figure.gca()
     rows = curves[curves["environment"] == environment]
-    for label, group in rows.groupby("algorithm", sort=True):
+    groups = list(rows.groupby("algorithm", sort=True))
+    palette = _palette(len(groups))
+    for index, (label, group) in enumerate(groups):
         style = "--" if label in ("alone", "pooled") else "-"
-        ax.plot(group["t"], group["regret"], style, label=str(label), linewidth=1.2)
+        ax.plot(
+            group["t"], group["regret"], style, label=str(label), linewidth=1.2,
+            color=palette[index],
+        )  # fmt: skip
     ax.set_xscale("log")
     ax.set_xlabel("t")
     ax.set_ylabel("R(t)/M, mean over seeds")
@@ -226,9 +243,12 @@ def _tradeoff_figure(results: pd.DataFrame, environment: str) -> str:
     means = rows.groupby("algorithm", sort=True)[
         ["final_regret", "uplink_scalars_per_client", "downlink_scalars_per_client"]
     ].mean()
-    for label, row in means.iterrows():
+    palette = _palette(len(means))
+    for index, (label, row) in enumerate(means.iterrows()):
         sent = row["uplink_scalars_per_client"] + row["downlink_scalars_per_client"]
-        ax.scatter([max(sent, 1.0)], [row["final_regret"]], label=str(label), s=25)
+        ax.scatter(
+            [max(sent, 1.0)], [row["final_regret"]], label=str(label), s=25, color=palette[index]
+        )
     ax.set_xscale("log")
     ax.set_xlabel("scalars per client, up + down (0 drawn at 1)")
     ax.set_ylabel("R(T)/M, mean over seeds")
