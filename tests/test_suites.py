@@ -315,3 +315,33 @@ def test_compare_finds_a_wider_confidence_width_worse(tiny_run, tmp_path, capsys
     lines = capsys.readouterr().out.splitlines()
     overall = next(line for line in lines if "overall" in line)
     assert overall.rstrip().endswith("worse")
+
+
+def test_more_seeds_extend_a_folder_and_another_suite_is_refused(tiny_run, tmp_path, capsys):
+    from fedbandit.cli import main
+
+    out, cache = tiny_run
+    folder = tmp_path / "more"
+    shutil.copytree(out, folder)
+    args = ["--out", str(folder), "--cache", str(cache), "--quiet", *FAST]
+    capsys.readouterr()
+    assert main(["suite", str(TINY), *args, "--seeds", "4"]) == 0
+    assert "8 runs made, 24 reused" in capsys.readouterr().out
+    assert len(pd.read_csv(folder / "results.csv")) == 2 * 4 * 4
+    other = tmp_path / "other.toml"
+    other.write_text(TINY.read_text().replace("horizon = 300", "horizon = 301"))
+    assert main(["suite", str(other), *args]) == 2
+    assert "holds the results of another suite definition" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ray_and_the_process_pool_write_the_same_files(tiny_run, tmp_path):
+    """The tiny suite without a cache on a private Ray instance gives the pool's bytes."""
+    from fedbandit.cli import main
+
+    out, _ = tiny_run
+    folder = tmp_path / "ray"
+    args = ["--out", str(folder), "--no-cache", "--quiet", *FAST]
+    assert main(["suite", str(TINY), *args, "--executor", "ray", "--workers", "2"]) == 0
+    for name in ("results.csv", "curves.csv", "scorecard.json", "scorecard.html"):
+        assert (folder / name).read_bytes() == (out / name).read_bytes(), name

@@ -29,7 +29,6 @@ import pandas as pd
 from fedbandit._version import __version__
 from fedbandit.errors import ConfigError
 from fedbandit.executors.ray_executor import run_on_ray
-from fedbandit.registry import build_instance
 from fedbandit.results.files import (
     atomic_write_csv,
     atomic_write_json,
@@ -114,8 +113,11 @@ def run_suite(
     plan_path = out / "suite.json"
     plan = _plan(suite, environments, out, cache)
     if plan_path.is_file():
-        stored = read_json(plan_path)
-        if stored.get("suite") != plan["suite"]:
+        stored = dict(read_json(plan_path).get("suite", {}))
+        current = dict(plan["suite"])
+        stored.pop("seeds", None)  # more seeds extend the same runs
+        current.pop("seeds", None)
+        if stored != current:
             raise ConfigError(
                 f"{out} holds the results of another suite definition (suite.json's 'suite' "
                 "differs); choose another --out"
@@ -123,12 +125,9 @@ def run_suite(
     seed_list = list(range(suite.seeds))
     folders: dict[Path, tuple[PlannedRun, Any]] = {}
     for environment in environments:
-        instance = None
         for run in environment.runs:
             folder = run_folder(run, out, cache)
-            if folder not in folders:
-                instance = instance or build_instance(run.config.instance)
-                folders[folder] = (run, instance)
+            folders.setdefault(folder, (run, environment.instance))
     every = len(folders) * len(seed_list)
     workers = workers or min(os.cpu_count() or 1, every)
     if executor == "local" and not force:

@@ -137,6 +137,7 @@ class Environment:
 
     name: str
     spec: EnvironmentSpec
+    instance: Instance
     horizon: int
     num_clients: int
     runs: list[PlannedRun] = field(default_factory=list)
@@ -289,7 +290,7 @@ def resolve(suite: SuiteConfig, extra_algorithms: list[str] | None = None) -> li
         check_horizon = getattr(instance, "check_horizon", None)
         if check_horizon is not None:
             check_horizon(validated.horizon)
-        environment = Environment(env_name, spec, validated.horizon, instance.num_clients)
+        environment = Environment(env_name, spec, instance, validated.horizon, instance.num_clients)
 
         def params_of(algorithm: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
             return {
