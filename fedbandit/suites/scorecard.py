@@ -27,7 +27,12 @@ from fedbandit.suites.aggregates import (
     performance_profile,
     probability_of_improvement,
 )
-from fedbandit.suites.score import reference_ends, score_matrices, with_scores
+from fedbandit.suites.score import (
+    normalised_score,
+    reference_ends,
+    score_matrices,
+    with_scores,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -67,7 +72,15 @@ def build_scorecard(
             entries[str(label)] = {
                 "role": str(group["role"].iloc[0]),
                 "seeds": len(group),
-                "score": None if np.isnan(scores).all() else float(np.mean(scores)),
+                # the score of the mean regret (= the mean of the seeds' scores): exactly 0
+                # and 1 for entries equal to the ends
+                "score": (
+                    None
+                    if end is None or not end.defined
+                    else float(
+                        normalised_score(float(group["final_regret"].mean()), end.alone, end.pooled)
+                    )
+                ),
                 "score_seed_range": (
                     None if np.isnan(scores).all() else [float(scores.min()), float(scores.max())]
                 ),
