@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from fedbandit.errors import ConfigError
 from fedbandit.runspec import EXECUTORS
 
 # The suites' modules load pandas, rliable and matplotlib: imported by the commands that use
@@ -29,6 +30,8 @@ def _cmd_suite(args: argparse.Namespace) -> int:
     from fedbandit.suites.scorecard import score_table, write_scorecard
     from fedbandit.suites.spec import load_suite
 
+    if args.cache is not None and args.no_cache:
+        raise ConfigError("give --cache DIR or --no-cache, not both")
     suite = load_suite(args.suite)
     out = Path(args.out) if args.out else Path("results") / "suites" / suite.name
     args.out = out
@@ -98,7 +101,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--out", type=Path, help="suite folder (default results/suites/NAME); resumed if it exists"
     )
     suite.add_argument("--workers", type=int, help="worker processes (default: cores)")
-    suite.add_argument("--executor", choices=list(EXECUTORS), default="local")
+    suite.add_argument(
+        "--executor",
+        choices=list(EXECUTORS),
+        default="local",
+        help="local: a pool of worker processes on this machine (default); ray: a Ray cluster",
+    )
     suite.add_argument("--address", help="Ray cluster: auto or HOST:PORT (default: start one)")
     suite.add_argument(
         "--cache",
