@@ -27,10 +27,13 @@ export MPLBACKEND := Agg
 
 venv: $(STAMP)
 
+# rliable (fedbandit suite's statistics) goes in without its requirements: it asks for arch < 8,
+# which does not import under pandas 3; the suite extra (in dev) holds the rest.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps 'rliable>=1.2,<1.3'
 	touch $(STAMP)
 
 # A study (an experiment with a [sweep] table) runs with `fedbandit sweep`, the others with `run`.

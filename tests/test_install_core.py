@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WITHOUT_EXTRAS = """
 import runpy, sys
 
-EXTRAS = ("ray", "cvxpy", "clarabel", "mabwiser")
+EXTRAS = ("ray", "cvxpy", "clarabel", "mabwiser", "rliable", "arch")
 
 class NoExtras:
     def find_spec(self, name, path=None, target=None):
@@ -35,6 +35,7 @@ if sys.argv[1] == "--check-imports":
     import fedbandit, fedbandit.api, fedbandit.runner, fedbandit.runtimes, fedbandit.cli
     import fedbandit.runs.sweeps, fedbandit.executors.ray_executor, fedbandit.flower.simulation
     import fedbandit.design, fedbandit.bench.design
+    import fedbandit.suites.running, fedbandit.suites.scorecard, fedbandit.suites.compare
     assert not set(EXTRAS) & set(sys.modules)
     print("imported without the extras")
 else:
@@ -82,6 +83,8 @@ def test_fedbandit_imports_and_runs_in_process_without_the_extras(tmp_path):
         (["sweep", "fedpe_tiny", "--executor", "ray", "--out", "out"], "ray"),
         (["bench", "flowersim", "--quick"], "simulation"),
         (["bench", "design", "--quick"], "bench"),
+        (["suite", "core", "--out", "out"], "suite"),
+        (["compare", "a", "b"], "suite"),
     ],
 )
 def test_a_part_that_needs_an_extra_names_it(tmp_path, argv, extra):

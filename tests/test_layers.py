@@ -64,13 +64,25 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "runtimes and executors",
         ("fedbandit.runtimes", "fedbandit.flower", "fedbandit.executors"),
     ),
-    ("orchestration", ("fedbandit.runner", "fedbandit.runs")),
+    ("orchestration", ("fedbandit.runner", "fedbandit.runs", "fedbandit.suites")),
     ("faces", ("fedbandit", "fedbandit.api", "fedbandit.cli", "fedbandit.bench")),
 ]
 
 #: Third-party packages slow enough to import (or optional enough) that a module may defer them
 #: to the function that needs them, together with any of our modules that import them.
-HEAVY = {"flwr", "ray", "matplotlib", "cvxpy", "clarabel", "numba", "pandas", "sklearn", "scipy"}
+HEAVY = {
+    "flwr",
+    "ray",
+    "matplotlib",
+    "cvxpy",
+    "clarabel",
+    "numba",
+    "pandas",
+    "sklearn",
+    "scipy",
+    "rliable",
+    "arch",
+}
 
 
 @dataclass

@@ -43,12 +43,18 @@ DATA_PACKAGES = {
 
 
 def shipped_sources() -> dict[str, bytes]:
-    """What the wheel must carry under ``fedbandit/catalogue/``: every experiment, data card and
-    documentation page of the checkout (the pages in their subfolders; and the marker that makes
-    each folder a package), byte for byte."""
+    """What the wheel must carry under ``fedbandit/catalogue/``: every experiment, suite, data card
+    and documentation page of the checkout (the pages in their subfolders; and the marker that
+    makes each folder a package), byte for byte; not the site's build hooks or gallery scripts."""
     files = {}
-    for folder, pattern in (("experiments", "*.toml"), ("datasets", "*.md"), ("docs", "**/*.md")):
-        for path in sorted([*(ROOT / folder).glob(pattern), ROOT / folder / "__init__.py"]):
+    patterns = {
+        "experiments": ("*.toml", "suites/*.toml"),
+        "datasets": ("*.md",),
+        "docs": ("**/*.md",),
+    }
+    for folder, globs in patterns.items():
+        found = [path for pattern in globs for path in (ROOT / folder).glob(pattern)]
+        for path in sorted([*found, ROOT / folder / "__init__.py"]):
             relative = path.relative_to(ROOT / folder).as_posix()
             files[f"fedbandit/catalogue/{folder}/{relative}"] = path.read_bytes()
     return files
@@ -87,7 +93,8 @@ def test_the_wheel_carries_every_experiment_and_data_card(dist):
         assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
         assert not [name for name in names if name.startswith(("tests/", "experiments/"))]
     shipped_experiments = sorted(shipped_folder("experiments").glob("*.toml"))
-    assert len([n for n in expected if n.endswith(".toml")]) == len(shipped_experiments)
+    experiments = [n for n in expected if n.endswith(".toml") and "/suites/" not in n]
+    assert len(experiments) == len(shipped_experiments)
     fixtures = {path.name for path in (ROOT / "tests" / "experiments").glob("*.toml")}
     assert fixtures and not fixtures & {Path(name).name for name in names}
 
@@ -132,7 +139,7 @@ def test_metadata_is_honest_and_twine_accepts_both_files(dist):
     assert meta["Author"] == "The fedbandit authors"
     urls = dict(url.split(", ", 1) for url in meta.get_all("Project-URL"))
     assert set(urls) == {"Homepage", "Documentation", "Source", "Changelog", "Issues"}
-    extras = {"simulation", "ray", "all", "test", "docs", "dev", "bench"}
+    extras = {"simulation", "ray", "all", "test", "docs", "dev", "bench", "suite"}
     assert extras <= set(meta.get_all("Provides-Extra"))
     runtime = [req for req in meta.get_all("Requires-Dist") if "extra ==" not in req]
     for tool in ("pytest", "hypothesis", "sybil", "mkdocs", "ruff", "mypy", "ray"):
@@ -188,7 +195,7 @@ def test_pyproject_declares_every_package_and_the_data_packages():
     for folder in DATA_PACKAGES.values():
         assert (ROOT / folder / "__init__.py").is_file(), folder
     data = setuptools_table["package-data"]
-    assert data["fedbandit.catalogue.experiments"] == ["*.toml"]
+    assert data["fedbandit.catalogue.experiments"] == ["*.toml", "suites/*.toml"]
     assert data["fedbandit.catalogue.datasets"] == ["*.md"]
     assert data["fedbandit.catalogue.docs"] == ["*.md", "**/*.md"]
     if Path(fedbandit.__file__).resolve().is_relative_to(ROOT):  # the editable install
@@ -241,12 +248,15 @@ def test_runtime_requirements_are_what_the_package_imports():
     project = pyproject()["project"]
     declared = requirement_names(project["dependencies"])
     extras = project["optional-dependencies"]
-    optional = requirement_names(extras["bench"] + extras["ray"])
-    assert imported - declared - optional == set(), "imported but not declared"
+    optional = requirement_names(extras["bench"] + extras["ray"] + extras["suite"])
+    # rliable is installed without its requirements (they cap arch below the one that imports
+    # under pandas 3): the suite extra holds the rest, and `fedbandit suite` says how
+    assert imported - declared - optional == {"rliable"}, "imported but not declared"
     assert declared - imported == set(), "declared but never imported"
     # Clarabel is never imported: cvxpy runs it, chosen by name for the design's reference.
     assert 'solver: str = "CLARABEL"' in (ROOT / "fedbandit" / "design.py").read_text()
-    assert optional - imported == {"clarabel"}, "an extra's requirement never imported"
+    # rliable imports seaborn and absl-py itself
+    assert optional - imported == {"clarabel", "seaborn", "absl-py"}, "an extra's requirement"
     # Ray and cvxpy: extras, imported lazily (tests/test_install_core.py runs without Ray)
     assert {"ray", "cvxpy"} & declared == set() and {"ray", "cvxpy"} <= imported
 

@@ -11,7 +11,7 @@ import sys
 import threading
 
 from fedbandit._version import __version__
-from fedbandit.cli import bench, catalogue, deploy, docs, plot, run, sweep
+from fedbandit.cli import bench, catalogue, deploy, docs, plot, run, suite, sweep
 from fedbandit.cli.options import PlainHelpParser, add_experiments_option, use_experiment_folders
 from fedbandit.errors import FedbanditError
 from fedbandit.threads import kernel_threads, process_defaults
@@ -32,7 +32,7 @@ answer now (down, or too busy to return the run's log in time): ask again.
 """
 
 #: The command groups, in the order their commands appear in ``fedbandit --help``.
-GROUPS = (catalogue, run, deploy, sweep, plot, bench, docs)
+GROUPS = (catalogue, run, deploy, sweep, plot, bench, suite, docs)
 
 
 def build_parser() -> argparse.ArgumentParser:
