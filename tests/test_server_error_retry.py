@@ -144,24 +144,26 @@ STORE_FAULTS = (
 )
 
 
-def test_a_locked_store_is_retried_not_a_lost_node(tmp_path):
-    """The SuperLink's SQLite store refuses a few requests of every kind with "database is locked"
-    (HTTP 500), two of them in a row, as it did at 16 SuperNodes (issue 40, item 2). The nodes and
-    the ServerApp ask again after Flower's back-off: no node is lost, the run ends with exit 0 and
-    its results equal a local run's. Flower alone gives up on the first 500."""
+def run_with_store_faults(
+    tmp_path: Path, faults: str, *options: str
+) -> tuple[subprocess.CompletedProcess[str], Deployment]:
+    """A local run of one Fed-PE seed, then the same on a loopback deployment (two nodes) whose
+    SuperLink store has ``faults`` (``tests/store_faults``); the deployment's run and its
+    (closed) deployment, whose logs stay readable. The results are checked equal to the local
+    run's when the deployment's run exited 0."""
     local, out = tmp_path / "local", tmp_path / "out"
     experiment = ["fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]', "--seeds", "1"]
     subprocess.run([*FEDBANDIT, "run", *experiment, "--out", str(local)], check=True)
-    faults = {
-        "FEDBANDIT_TEST_STORE_FAULTS": STORE_FAULTS,
+    environment = {
+        "FEDBANDIT_TEST_STORE_FAULTS": faults,
         "PYTHONPATH": os.pathsep.join(
             filter(None, [str(HERE / "store_faults"), os.environ.get("PYTHONPATH")])
         ),
     }
     deployment = Deployment(tmp_path)
     try:
-        superlink = start_loopback(deployment, ["0-2", "3-5"], link_env=faults)
-        connect = ["--superlink", superlink, "--insecure", "--out", str(out)]
+        superlink = start_loopback(deployment, ["0-2", "3-5"], link_env=environment)
+        connect = ["--superlink", superlink, "--insecure", "--out", str(out), *options]
         run = subprocess.run(
             [*FEDBANDIT, "run", *experiment, "--runtime", "flower", *connect],
             capture_output=True,
@@ -170,6 +172,21 @@ def test_a_locked_store_is_retried_not_a_lost_node(tmp_path):
         )
     finally:
         deployment.close()
+    if run.returncode == 0:
+        assert read_json(out / "manifest.json")["status"] == "complete"
+        assert not read_json(out / "runs" / "fedpe" / "seed_0.json").get("dropped")
+        for suffix in ("regret", "comm", "clients"):
+            name = f"runs/fedpe/seed_0.{suffix}.csv"
+            pd.testing.assert_frame_equal(pd.read_csv(local / name), pd.read_csv(out / name))
+    return run, deployment
+
+
+def test_a_locked_store_is_retried_not_a_lost_node(tmp_path):
+    """The SuperLink's SQLite store refuses a few requests of every kind with "database is locked"
+    (HTTP 500), two of them in a row, as it did at 16 SuperNodes. The nodes and the ServerApp ask
+    again after Flower's back-off: no node is lost, the run ends with exit 0 and its results equal
+    a local run's. Flower alone gives up on the first 500."""
+    run, deployment = run_with_store_faults(tmp_path, STORE_FAULTS)
     assert run.returncode == 0, run.stderr + deployment.logs()
     assert "Traceback" not in run.stderr
     injected = deployment.log("superlink").count("store fault:")
@@ -177,11 +194,6 @@ def test_a_locked_store_is_retried_not_a_lost_node(tmp_path):
     # the nodes' two refused pulls are theirs to retry; the other faults fall on either side
     retried = sum(deployment.log(f"node{i}").count("answered HTTP 500") for i in range(2))
     assert retried >= 2, deployment.logs()
-    assert read_json(out / "manifest.json")["status"] == "complete"
-    assert not read_json(out / "runs" / "fedpe" / "seed_0.json").get("dropped")
-    for suffix in ("regret", "comm", "clients"):
-        name = f"runs/fedpe/seed_0.{suffix}.csv"
-        pd.testing.assert_frame_equal(pd.read_csv(local / name), pd.read_csv(out / name))
 
 
 #: Objects of the nodes' replies that the SuperLink's store claims and then loses (a lock on its
@@ -193,30 +205,9 @@ def test_a_reply_whose_upload_was_lost_is_asked_again_not_a_lost_node(tmp_path):
     """The SuperLink accepts an object of a node's reply and then loses it, so that the reply's
     objects never become available ("the push session may have expired or been replaced", as at
     16 SuperNodes on 2 cores): the ServerApp asks the node again, the node answers a step from its
-    kept answer, and the run ends with exit 0 and results equal to a local run's."""
-    local, out = tmp_path / "local", tmp_path / "out"
-    experiment = ["fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]', "--seeds", "1"]
-    subprocess.run([*FEDBANDIT, "run", *experiment, "--out", str(local)], check=True)
-    faults = {
-        "FEDBANDIT_TEST_STORE_FAULTS": LOST_OBJECTS,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(HERE / "store_faults"), os.environ.get("PYTHONPATH")])
-        ),
-    }
-    deployment = Deployment(tmp_path)
-    try:
-        superlink = start_loopback(deployment, ["0-2", "3-5"], link_env=faults)
-        # a quarter of the round's deadline, 5 s, is the ServerApp's wait for a lost object
-        connect = ["--superlink", superlink, "--insecure", "--out", str(out)]
-        connect += ["--round-timeout", "20"]
-        run = subprocess.run(
-            [*FEDBANDIT, "run", *experiment, "--runtime", "flower", *connect],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    finally:
-        deployment.close()
+    kept answer, and the run ends with exit 0 and results equal to a local run's. (A quarter of
+    the round's deadline, 5 s here, is the ServerApp's wait for a lost object.)"""
+    run, deployment = run_with_store_faults(tmp_path, LOST_OBJECTS, "--round-timeout", "20")
     logs = run.stderr + deployment.logs()
     assert run.returncode == 0, logs
     assert deployment.log("superlink").count("store fault:") == 2, logs
@@ -224,8 +215,3 @@ def test_a_reply_whose_upload_was_lost_is_asked_again_not_a_lost_node(tmp_path):
         deployment.log(f"node{i}").count("asked again: sending the kept answer") for i in range(2)
     )
     assert kept >= 1, logs
-    assert read_json(out / "manifest.json")["status"] == "complete"
-    assert not read_json(out / "runs" / "fedpe" / "seed_0.json").get("dropped")
-    for suffix in ("regret", "comm", "clients"):
-        name = f"runs/fedpe/seed_0.{suffix}.csv"
-        pd.testing.assert_frame_equal(pd.read_csv(local / name), pd.read_csv(out / name))
