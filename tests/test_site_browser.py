@@ -2,7 +2,8 @@
 packages, started here, sees only a loopback HTTP server serving ``build/site`` (every other host
 name resolves to nothing) and is driven over the DevTools protocol (a minimal client on
 ``websocket-client``). Checked: no console error or failed load on any page, search answers on the
-home page, a formula is drawn (MathML with a size) and a gallery image loads.
+home page, a formula is drawn (MathML with a size) and a gallery image loads; and a suite's
+scorecard (``fedbandit suite``) opens from its file with every figure decoded.
 
 The site is the one ``make docs`` built (``build/site``, or ``FEDBANDIT_SITE_DIR``); without one it
 is built here first. Slow tier: opening every page takes about half a minute.
@@ -246,3 +247,19 @@ def test_a_gallery_image_loads(browser, site_url):
         " return i && i.complete ? i.naturalWidth : 0; })()"
     )
     assert width and width > 100, "the gallery's regret curves image did not load"
+
+
+def test_a_suites_scorecard_opens_offline_with_every_image(browser, tmp_path):
+    """The scorecard of the tiny test suite (``tests/suites/tiny.toml``), opened from its file
+    with nothing else reachable: no console error or failed load, and every figure decoded."""
+    from fedbandit.cli import main
+
+    out = tmp_path / "suite"
+    suite = ROOT / "tests" / "suites" / "tiny.toml"
+    args = ["suite", str(suite), "--out", str(out), "--no-cache", "--quiet"]
+    assert main([*args, "--bootstrap-reps", "200"]) == 0
+    assert browser.open((out / "scorecard.html").as_uri()) == []
+    sizes = browser.evaluate(
+        "Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)"
+    )
+    assert len(sizes) == 6 and all(width > 100 for width in sizes), sizes
