@@ -21,7 +21,8 @@ DESCRIPTION = """Command line of fedbandit.
 
 Commands: list (experiments; --algorithms, --instances: what is registered, plugins included),
 run (an experiment on a runtime), sweep (a parameter study), collect (one table from run
-folders), plot (rebuild a results or sweep folder's plots), bench (benchmarks), docs (the
+folders), plot (rebuild a results or sweep folder's plots), bench (benchmarks), suite (score
+algorithms on a benchmark suite, with a scorecard), compare (two suite folders), docs (the
 documentation, offline), cite (BibTeX for fedbandit and its algorithms), and for Flower
 deployments superlink, supernode, keys, register-node, and status and pull (a run submitted with
 run --detach). Every foreseeable error is one line on standard error with exit status 2; a run
