@@ -73,7 +73,8 @@ class FlowerGridRuntime(Runtime):
 
     Every round has a deadline, ``timeout`` seconds after the push. A connected node whose reply
     was lost in its upload (Flower's "objects unavailable" error) is asked again, at most
-    ``ASK_AGAIN_TIMES`` times, within that deadline. A node is lost as a whole when it answers
+    ``ASK_AGAIN_TIMES`` times, each time with a deadline of ``timeout`` seconds of its own (the
+    node answered: only its upload was lost). A node is lost as a whole when it answers
     with another error, stays silent until the deadline, or sends a reply that cannot be
     trusted: wrong clients, round, dtype kind or non-finite values (the codec); a field it echoes
     with another shape than was sent; a sparse field its mask does not fit; a field whose dtype or
@@ -166,10 +167,11 @@ class FlowerGridRuntime(Runtime):
         errors: dict[int, str] = {}
         asked_again: dict[int, int] = {}
         lost_upload: dict[int, str] = {}  # nodes asked again, with the reason
-        deadline = time.monotonic() + self.timeout
-        while pending and time.monotonic() < deadline:
+        # each message's deadline: the round's for the first, a full one for a message asked again
+        deadline_of = dict.fromkeys(ids, time.monotonic() + self.timeout)
+        while live := [mid for mid in pending if time.monotonic() < deadline_of[mid]]:
             check_stop(self.stop)
-            for reply in self.grid.pull_messages(list(pending)):
+            for reply in self.grid.pull_messages(live):
                 mid = reply.metadata.reply_to_message_id
                 if mid not in pending:  # a stray or repeated reply: not an answer we wait for
                     continue
@@ -180,6 +182,7 @@ class FlowerGridRuntime(Runtime):
                     again = self._message(sent[mid].content, node, sent[mid].metadata.message_type)
                     (new_id,) = self.grid.push_messages([again])
                     sent[new_id], node_of[new_id] = again, node
+                    deadline_of[new_id] = time.monotonic() + self.timeout
                     pending.add(new_id)
                 elif reply.has_error():
                     errors[node] = describe_error(reply)
