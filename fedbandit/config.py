@@ -42,22 +42,30 @@ def shipped_folder(name: str) -> Path:
     return folder
 
 
-def experiment_folders() -> list[Path]:
-    """Where experiment names are looked up, first match wins: the folders of
-    ``$FEDBANDIT_EXPERIMENTS`` in order, then the experiments shipped with fedbandit. A listed
-    folder that does not exist is an error naming it."""
+def folders_from_variable(variable: str, what: str, expected: str) -> list[Path]:
+    """The folders the environment variable ``variable`` lists (separated by ``os.pathsep``),
+    in order; a listed folder that does not exist is a ``ConfigError`` naming it as a ``what``
+    folder (``expected``: what it should hold)."""
     folders = []
-    for entry in os.environ.get(EXPERIMENTS_VARIABLE, "").split(os.pathsep):
+    for entry in os.environ.get(variable, "").split(os.pathsep):
         if not entry.strip():
             continue
         folder = Path(entry).expanduser()
         if not folder.is_dir():
             raise ConfigError(
-                f"{EXPERIMENTS_VARIABLE}: experiment folder {folder} does not exist "
-                "(expected a folder of NAME.toml files)"
+                f"{variable}: {what} folder {folder} does not exist (expected a folder of "
+                f"{expected})"
             )
         folders.append(folder)
-    return [*folders, shipped_folder("experiments")]
+    return folders
+
+
+def experiment_folders() -> list[Path]:
+    """Where experiment names are looked up, first match wins: the folders of
+    ``$FEDBANDIT_EXPERIMENTS`` in order, then the experiments shipped with fedbandit. A listed
+    folder that does not exist is an error naming it."""
+    listed = folders_from_variable(EXPERIMENTS_VARIABLE, "experiment", "NAME.toml files")
+    return [*listed, shipped_folder("experiments")]
 
 
 __all__ = [

@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from fedbandit._version import __version__
 from fedbandit.config import (
     ExperimentConfig,
     find_experiment,
+    folders_from_variable,
     set_values,
     shipped_folder,
     validate_experiment,
@@ -154,18 +154,8 @@ class Environment:
 def suite_folders() -> list[Path]:
     """Where suite names are looked up, first match wins: the folders of ``$FEDBANDIT_SUITES``
     in order, then the suites shipped with fedbandit (``suites/`` of its experiments)."""
-    folders = []
-    for entry in os.environ.get(SUITES_VARIABLE, "").split(os.pathsep):
-        if not entry.strip():
-            continue
-        folder = Path(entry).expanduser()
-        if not folder.is_dir():
-            raise ConfigError(
-                f"{SUITES_VARIABLE}: suite folder {folder} does not exist "
-                "(expected a folder of NAME.toml suite files)"
-            )
-        folders.append(folder)
-    return [*folders, shipped_folder("experiments") / "suites"]
+    listed = folders_from_variable(SUITES_VARIABLE, "suite", "NAME.toml suite files")
+    return [*listed, shipped_folder("experiments") / "suites"]
 
 
 def available_suites() -> dict[str, Path]:
