@@ -360,3 +360,22 @@ def test_compare_one_algorithm_against_another(tiny_run, capsys, tmp_path):
     assert overall.rstrip().endswith("worse")
     assert main(["compare", str(out), str(tmp_path), "--algorithm", "linucb"]) == 2
     assert "is not a suite folder (no suite.json)" in capsys.readouterr().err
+
+
+def test_a_listed_folder_that_does_not_exist_is_named(tmp_path, monkeypatch):
+    from fedbandit.config import experiment_folders
+    from fedbandit.errors import ConfigError
+    from fedbandit.suites.spec import suite_folders
+
+    missing = tmp_path / "nowhere"
+    monkeypatch.setenv("FEDBANDIT_SUITES", str(missing))
+    monkeypatch.setenv("FEDBANDIT_EXPERIMENTS", str(tmp_path))
+    assert experiment_folders()[0] == tmp_path
+    named = re.escape(f"FEDBANDIT_SUITES: suite folder {missing} does not")
+    with pytest.raises(ConfigError, match=named):
+        suite_folders()
+    monkeypatch.setenv("FEDBANDIT_SUITES", str(tmp_path))
+    assert suite_folders()[0] == tmp_path and suite_folders()[-1].name == "suites"
+    monkeypatch.setenv("FEDBANDIT_EXPERIMENTS", f"{tmp_path}:{missing}")
+    with pytest.raises(ConfigError, match=r"FEDBANDIT_EXPERIMENTS: experiment folder .*nowhere"):
+        experiment_folders()
