@@ -9,6 +9,7 @@ from pathlib import Path
 from fedbandit.results.files import (
     read_json,
     seed_stem,
+    write_files,
 )
 from fedbandit.runs.progress import Progress
 from fedbandit.runspec import RunSpec
@@ -95,3 +96,27 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             process.kill()
     for process in processes:
         process.join(timeout=10)
+
+
+def run_tasks_on_ray(
+    tasks: list[tuple[RunSpec, Path]], address: str | None, workers: int, bar: Progress
+) -> None:
+    """Every task on Ray (``address``: a cluster; None: a local Ray with ``workers`` CPUs); each
+    returns its files' texts and the driver writes them, into every folder that asked for the
+    same run (each distinct run is made once)."""
+    from fedbandit.executors.ray_executor import run_on_ray
+
+    folders: dict[str, list[Path]] = {}
+    unique: dict[str, RunSpec] = {}
+    for spec, folder in tasks:
+        text = spec.model_dump_json()
+        folders.setdefault(text, []).append(folder)
+        unique[text] = spec
+
+    def on_done(spec: RunSpec, files: dict[str, str]) -> None:
+        for folder in folders[spec.model_dump_json()]:
+            write_files(folder, files)
+        bar.update()
+
+    cpus = workers if address is None else None
+    run_on_ray(list(unique.values()), on_done, address=address, num_cpus=cpus)

@@ -14,7 +14,6 @@ from typing import Any
 
 from fedbandit.config import ExperimentConfig
 from fedbandit.errors import ConfigError, require_extra
-from fedbandit.executors.ray_executor import run_on_ray
 from fedbandit.registry import build_instance
 from fedbandit.results.files import (
     atomic_write_json,
@@ -22,11 +21,10 @@ from fedbandit.results.files import (
     read_json,
     remove_stale_temporaries,
     seed_done,
-    write_files,
 )
 from fedbandit.results.provenance import CITATIONS_FILE, citations_bib, write_citations
 from fedbandit.results.summary import record_failures, summarize
-from fedbandit.runs.execution import run_tasks
+from fedbandit.runs.execution import run_tasks, run_tasks_on_ray
 from fedbandit.runs.planning import (
     check_memory,
     check_out_dir,
@@ -34,7 +32,7 @@ from fedbandit.runs.planning import (
     preflight,
     prepare_run_folder,
 )
-from fedbandit.runs.progress import Progress, progress_bar
+from fedbandit.runs.progress import progress_bar
 from fedbandit.runspec import EXECUTORS, RunSpec, RuntimeOptions
 from fedbandit.sweep import SweepPoint, collect_table, config_keys, expand, write_tables
 
@@ -114,7 +112,7 @@ def run_sweep(
     started = time.perf_counter()
     try:
         if executor == "ray":
-            _run_on_ray(tasks, address, workers, bar)
+            run_tasks_on_ray(tasks, address, workers, bar)
         else:
             run_tasks(tasks, workers, bar)
     except BaseException:
@@ -185,21 +183,6 @@ def _sweep_manifest(
         "keys": config_keys(points),
         "config": data,
     }
-
-
-def _run_on_ray(
-    tasks: list[tuple[RunSpec, Path]], address: str | None, workers: int, bar: Progress
-) -> None:
-    """Every task on a Ray cluster; each returns its files' texts and the driver writes them."""
-    folders = {spec.model_dump_json(): run_dir for spec, run_dir in tasks}
-
-    def on_done(spec: RunSpec, files: dict[str, str]) -> None:
-        write_files(folders[spec.model_dump_json()], files)
-        bar.update()
-
-    # A local Ray instance (no address) gets --workers CPUs; a cluster uses what it has.
-    cpus = workers if address is None else None
-    run_on_ray([spec for spec, _ in tasks], on_done, address=address, num_cpus=cpus)
 
 
 def _finish_point(run_dir: Path, config: ExperimentConfig) -> None:

@@ -28,7 +28,6 @@ import pandas as pd
 
 from fedbandit._version import __version__
 from fedbandit.errors import ConfigError
-from fedbandit.executors.ray_executor import run_on_ray
 from fedbandit.results.files import (
     atomic_write_csv,
     atomic_write_json,
@@ -36,12 +35,11 @@ from fedbandit.results.files import (
     remove_stale_temporaries,
     seed_done,
     seed_stem,
-    write_files,
 )
 from fedbandit.results.summary import record_failures, summarize
-from fedbandit.runs.execution import run_tasks
+from fedbandit.runs.execution import run_tasks, run_tasks_on_ray
 from fedbandit.runs.planning import check_memory, check_out_dir, prepare_run_folder
-from fedbandit.runs.progress import Progress, progress_bar
+from fedbandit.runs.progress import progress_bar
 from fedbandit.runspec import EXECUTORS, RunSpec, RuntimeOptions
 from fedbandit.suites.score import RESULT_COLUMNS
 from fedbandit.suites.spec import Environment, PlannedRun, SuiteConfig, resolve
@@ -161,7 +159,7 @@ def run_suite(
     bar = progress_bar(len(tasks), suite.name, progress)
     try:
         if executor == "ray":
-            _run_on_ray(tasks, address, workers, bar)
+            run_tasks_on_ray(tasks, address, workers, bar)
         else:
             run_tasks(tasks, workers, bar)
     except BaseException:
@@ -222,27 +220,6 @@ def _plan(
             for env in environments
         },
     }
-
-
-def _run_on_ray(
-    tasks: list[tuple[RunSpec, Path]], address: str | None, workers: int, bar: Progress
-) -> None:
-    """Every task on Ray; each returns its files' texts and the driver writes them (into every
-    folder that asked for the same run)."""
-    by_spec: dict[str, list[Path]] = {}
-    unique: dict[str, RunSpec] = {}
-    for spec, folder in tasks:
-        text = spec.model_dump_json()
-        by_spec.setdefault(text, []).append(folder)
-        unique[text] = spec
-
-    def on_done(spec: RunSpec, files: dict[str, str]) -> None:
-        for folder in by_spec[spec.model_dump_json()]:
-            write_files(folder, files)
-        bar.update()
-
-    cpus = workers if address is None else None  # a local Ray gets --workers CPUs
-    run_on_ray(list(unique.values()), on_done, address=address, num_cpus=cpus)
 
 
 def _finish_folder(folder: Path, run: PlannedRun) -> None:
