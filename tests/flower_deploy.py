@@ -97,7 +97,14 @@ class Deployment:
         return f"{host}:{port}"
 
     def supernode(
-        self, name: str, superlink: str, clients: str, port: int, *extra: str, wrap=None
+        self,
+        name: str,
+        superlink: str,
+        clients: str,
+        port: int,
+        *extra: str,
+        wrap=None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen:
         return self.start(
             name,
@@ -115,6 +122,7 @@ class Deployment:
                 *extra,
             ],
             wrap,
+            env,
         )
 
     def log(self, name: str) -> str:
@@ -154,14 +162,17 @@ def start_loopback(
     *node_args: str,
     link_args: Sequence[str] = (),
     link_env: dict[str, str] | None = None,
+    node_env: dict[str, str] | None = None,
 ) -> str:
     """An insecure SuperLink on a free loopback port (with ``link_args``, e.g. ``--in-memory``,
-    and ``link_env`` in its environment) and one SuperNode per client range."""
+    and ``link_env`` in its environment) and one SuperNode per client range (``node_env``)."""
     port = free_port()
     superlink = deploy.superlink(port, "--insecure", *link_args, env=link_env)
     wait_for_port("127.0.0.1", port)
     for i, clients in enumerate(ranges):
-        deploy.supernode(f"node{i}", superlink, clients, free_port(), "--insecure", *node_args)
+        deploy.supernode(
+            f"node{i}", superlink, clients, free_port(), "--insecure", *node_args, env=node_env
+        )
     return superlink
 
 

@@ -9,14 +9,34 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDict
+from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 
 from fedbandit.config import load_experiment
 from fedbandit.errors import DeploymentError
 from fedbandit.federation.messages import Message as BanditMessage
 from fedbandit.federation.runtime import ClientFailure, run_federation
+from fedbandit.flower import grid_runtime
 from fedbandit.flower.apps import FlowerJob, answered_once
-from fedbandit.flower.codec import clear_group_state, decode, encode
-from fedbandit.flower.grid_runtime import ASK_AGAIN_TIMES, FlowerGridRuntime, discover_nodes
+from fedbandit.flower.codec import (
+    REGRET_PIECE_KEY,
+    MalformedReplyError,
+    answer_regret_query,
+    clear_group_state,
+    decode,
+    decode_regret,
+    decode_regret_piece,
+    encode,
+    encode_regret,
+    regret_query,
+)
+from fedbandit.flower.grid_runtime import (
+    ASK_AGAIN_TIMES,
+    PUSH_AGAIN_TIMES,
+    FlowerGridRuntime,
+    LostPushError,
+    discover_nodes,
+    push_whole,
+)
 from fedbandit.flower.internals import pull_backoff
 from fedbandit.instances import PaperSyntheticParams, paper_synthetic
 from fedbandit.runspec import RunSpec, RuntimeOptions
@@ -133,25 +153,8 @@ def test_a_lost_node_is_a_client_failure_with_the_other_nodes_replies():
 
 
 def regret_reply(logic, message):
-    """The ClientApp's answer to ``query.regret``."""
-    record = logic.regret_record()
-    arrays = {
-        "client_ids": record.client_ids,
-        "increment_diff": record.increment_diff,
-        "client_regret": record.client_regret,
-        "client_pulls": record.client_pulls,
-    }
-    return Message(
-        RecordDict(
-            {
-                "regret": ArrayRecord(
-                    {k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}
-                ),
-                "scale": ConfigRecord({"scale": record.scale}),
-            }
-        ),
-        reply_to=message,
-    )
+    """The ClientApp's answer to ``query.regret`` (the piece of the curve it asks for)."""
+    return Message(answer_regret_query(logic.regret_record(), message.content), reply_to=message)
 
 
 def with_reply(reply, **changes):
@@ -248,9 +251,9 @@ class CountingGrid(FakeGrid):
         return super().push_messages(messages)
 
 
-def flower_run(nodes, ranges, policy, timeout=2.0):
+def flower_run(nodes, ranges, policy, timeout=2.0, grid=None, piece_values=None):
     """Fed-PE over the fake grid; every reply the server aggregates is kept."""
-    grid = CountingGrid(nodes)
+    grid = CountingGrid(nodes) if grid is None else grid
     server, _ = build_federation(INSTANCE, "fedpe", 300, [0, 0])
     seen = []
     aggregate = server.aggregate
@@ -261,6 +264,8 @@ def flower_run(nodes, ranges, policy, timeout=2.0):
 
     server.aggregate = spy
     runtime = FlowerGridRuntime(grid, ranges, timeout=timeout, poll_seconds=0.001)
+    if piece_values is not None:
+        runtime.regret_piece_values = piece_values
     result = run_federation(server, runtime, policy)
     return result, seen, grid, runtime
 
@@ -599,3 +604,122 @@ def test_a_node_asked_again_that_then_stays_silent_is_lost_with_both_reasons():
         "uploading it (Reply message objects are unavailable.); asked again, it did not answer "
         "within 0.5 s)"
     )
+
+
+@pytest.mark.parametrize("policy", ["abort", "drop"])
+def test_a_long_regret_curve_is_asked_for_in_pieces_that_join_to_the_whole(policy):
+    nodes = {node: good_node(ids.tolist())[0] for node, ids in THREE.items()}
+    result, _, grid, _ = flower_run(nodes, THREE, policy, piece_values=7)
+    local = simulate(INSTANCE, "fedpe", 300, [0, 0])
+    assert (result.status, result.failure) == ("complete", None)
+    np.testing.assert_array_equal(result.regret.increment_diff, local.regret.increment_diff)
+    np.testing.assert_array_equal(result.regret.client_regret, local.regret.client_regret)
+    queries = [node for node, kind, _ in grid.pushed if kind == "query.regret"]
+    assert len(local.regret.increment_diff) == 301
+    assert {node: queries.count(node) for node in THREE} == dict.fromkeys(THREE, 43)  # 301 / 7
+
+
+def test_a_regret_piece_from_another_start_loses_the_node():
+    good, logic = good_node([4, 5])
+
+    def shifted(message):  # answers every piece from the curve's start
+        if message.metadata.message_type != "query.regret":
+            return good(message)
+        return Message(encode_regret(logic.regret_record(), 0, 7), reply_to=message)
+
+    nodes = {21: good_node([0, 1])[0], 22: good_node([2, 3])[0], 23: shifted}
+    result, _, _, _ = flower_run(nodes, THREE, "drop", piece_values=7)
+    assert result.failure == (
+        "regret records: lost clients 4-5 (node 23 (clients 4-5): malformed regret record: "
+        "regret piece from 0 of a curve of 301 values, asked from 7)"
+    )
+    np.testing.assert_array_equal(result.regret.client_ids, [0, 1, 2, 3])
+
+
+def test_codec_regret_pieces():
+    _, groups = build_federation(INSTANCE, "fedpe", 64, [0, 0], client_ids=np.array([2, 3]))
+    record = groups[0].regret_record()
+    ids = np.array([2, 3])
+    pieces = [
+        decode_regret_piece(answer_regret_query(record, regret_query(start, 30)), ids, start)
+        for start in (0, 30, 60)
+    ]
+    assert [len(p.increment_diff) for p, _ in pieces] == [30, 30, 5]
+    assert {length for _, length in pieces} == {65}
+    joined = np.concatenate([p.increment_diff for p, _ in pieces])
+    np.testing.assert_array_equal(joined, record.increment_diff)
+    with pytest.raises(MalformedReplyError, match="not the record"):
+        decode_regret(encode_regret(record, 0, 30), ids)
+    with pytest.raises(MalformedReplyError, match="asked from 0"):
+        decode_regret_piece(encode_regret(record, 30, 30), ids, 0)
+    with pytest.raises(MalformedReplyError, match="empty regret piece"):
+        decode_regret_piece(encode_regret(record, 30, 0), ids, 30)
+    request = regret_query(0)
+    request[REGRET_PIECE_KEY]["values"] = 0
+    with pytest.raises(MalformedReplyError, match="values=0"):
+        answer_regret_query(record, request)
+    # a query without a piece (an older ServerApp) is answered with the first piece
+    assert (
+        len(decode_regret_piece(answer_regret_query(record, RecordDict({})), ids)[0].increment_diff)
+        == 65
+    )
+
+
+class LosingPushGrid(CountingGrid):
+    """Its pushes numbered in ``lose`` fail as Flower's grid does when the SuperLink lost one of
+    their objects (``ObjectPushError``), after the batch's first message arrived whole and its
+    node handled it (its reply goes to a message id nobody waits for)."""
+
+    def __init__(self, nodes, lose):
+        super().__init__(nodes)
+        self.lose, self.calls = set(lose), 0
+
+    def push_messages(self, messages):
+        self.calls += 1
+        if self.calls in self.lose:
+            first = messages[0]
+            first.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+            self.nodes[first.metadata.dst_node_id](first)
+            raise ObjectPushError("0828ffba", 7, "503a0e22")
+        return super().push_messages(messages)
+
+
+@pytest.mark.parametrize("policy", ["abort", "drop"])
+def test_a_push_whose_objects_the_superlink_lost_is_sent_again_and_done_once(policy, monkeypatch):
+    monkeypatch.setattr(grid_runtime, "PUSH_AGAIN_WAIT_SECONDS", 0.0)
+    nodes, handled = {}, {}
+    for node, ids in THREE.items():
+        nodes[node], handled[node] = once_node(ids.tolist(), lose_rounds=[])
+    grid = LosingPushGrid(nodes, lose={2, 6, 7, 9})  # 6, 7: the same round's push lost twice
+    result, _, grid, runtime = flower_run(nodes, THREE, policy, grid=grid)
+    local = simulate(INSTANCE, "fedpe", 300, [0, 0])
+    assert (result.status, result.failure, result.dropped) == ("complete", None, {})
+    np.testing.assert_array_equal(result.regret.increment_diff, local.regret.increment_diff)
+    for node in THREE:  # every round's work done once, though some were delivered twice
+        assert handled[node] == sorted(set(handled[node])), node
+    assert runtime.asked_again == 0
+
+
+def test_a_push_lost_every_time_ends_in_one_line_and_other_kinds_are_not_sent_again(
+    monkeypatch,
+):
+    monkeypatch.setattr(grid_runtime, "PUSH_AGAIN_WAIT_SECONDS", 0.0)
+    tries = []
+
+    class Lost:
+        def push_messages(self, messages):
+            tries.append([m.metadata.created_at for m in messages])
+            raise ObjectPushError("0828ffba", 7, "503a0e22")
+
+    step = Message(RecordDict({}), dst_node_id=3, message_type="train.step")
+    with pytest.raises(
+        LostPushError,
+        match=r"lost an object of the ServerApp's train.step "
+        r"messages 5 times in a row \(Failed to push object",
+    ):
+        push_whole(Lost(), [step])
+    assert len(tries) == PUSH_AGAIN_TIMES + 1 == 5
+    other = Message(RecordDict({}), dst_node_id=3, message_type="train.secagg")
+    with pytest.raises(ObjectPushError):
+        push_whole(Lost(), [other])
+    assert len(tries) == 6  # a message the node may not see twice is not sent again

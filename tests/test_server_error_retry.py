@@ -145,7 +145,7 @@ STORE_FAULTS = (
 
 
 def run_with_store_faults(
-    tmp_path: Path, faults: str, *options: str
+    tmp_path: Path, faults: str, *options: str, node_env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], Deployment]:
     """A local run of one Fed-PE seed, then the same on a loopback deployment (two nodes) whose
     SuperLink store has ``faults`` (``tests/store_faults``); the deployment's run and its
@@ -162,7 +162,9 @@ def run_with_store_faults(
     }
     deployment = Deployment(tmp_path)
     try:
-        superlink = start_loopback(deployment, ["0-2", "3-5"], link_env=environment)
+        superlink = start_loopback(
+            deployment, ["0-2", "3-5"], link_env=environment, node_env=node_env
+        )
         connect = ["--superlink", superlink, "--insecure", "--out", str(out), *options]
         run = subprocess.run(
             [*FEDBANDIT, "run", *experiment, "--runtime", "flower", *connect],
@@ -211,7 +213,33 @@ def test_a_reply_whose_upload_was_lost_is_asked_again_not_a_lost_node(tmp_path):
     logs = run.stderr + deployment.logs()
     assert run.returncode == 0, logs
     assert deployment.log("superlink").count("store fault:") == 2, logs
+    # the first copies stayed incomplete: the nodes gave up on them and took the copies sent again
+    given_up = sum(deployment.log(f"node{i}").count("Failed to receive message") for i in range(2))
+    assert given_up >= 1, logs
     kept = sum(
         deployment.log(f"node{i}").count("asked again: sending the kept answer") for i in range(2)
     )
     assert kept >= 1, logs
+
+
+#: Objects of the ServerApp's own messages that the SuperLink's store claims and then loses: a
+#: hello's or step's push fails in the ServerApp (Flower's ``ObjectPushError``; before, the
+#: ServerApp died with Flower's exit 201, as at 32 SuperNodes on 2 cores).
+LOST_SERVER_OBJECTS = "store_object!lost@runtime:4,30"
+
+
+def test_a_push_of_the_serverapp_that_the_superlink_lost_is_sent_again(tmp_path):
+    """The SuperLink accepts an object of the ServerApp's message and then loses it: the ServerApp
+    sends the message again as a new one, a node that got the first copy whole answers the second
+    from its kept answer, and the run ends with exit 0 and results equal to a local run's."""
+    run, deployment = run_with_store_faults(
+        tmp_path,
+        LOST_SERVER_OBJECTS,
+        "--round-timeout",
+        "20",
+        # a node gives up on a copy left incomplete after 5 s (60 s by default)
+        node_env={"FEDBANDIT_SUPERNODE_OBJECT_WAIT": "5"},
+    )
+    logs = run.stderr + deployment.logs()
+    assert run.returncode == 0, logs
+    assert deployment.log("superlink").count("store fault:") == 2, logs

@@ -40,6 +40,7 @@ from fedbandit.federation.protocol import ClientLogic, ServerLogic
 from fedbandit.federation.run_ahead import Ahead, rewind, run_ahead
 from fedbandit.federation.runtime import FederationResult, run_federation
 from fedbandit.flower.codec import (
+    answer_regret_query,
     clear_group_state,
     decode,
     decode_ahead,
@@ -47,7 +48,6 @@ from fedbandit.flower.codec import (
     encode,
     encode_ahead,
     encode_hello,
-    encode_regret,
     encode_state,
     encode_steps,
     get_ahead,
@@ -373,7 +373,9 @@ def build_client_app(jobs: FlowerJob | Sequence[FlowerJob] | None = None) -> Cli
         if control is not None:
             _rewind(logic, context, control[1])
             encode_state(logic.state_dict(), context.state)
-        return Message(encode_regret(logic.regret_record()), reply_to=message)
+        return Message(
+            answer_regret_query(logic.regret_record(), message.content), reply_to=message
+        )
 
     return app
 

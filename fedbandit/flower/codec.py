@@ -12,7 +12,8 @@
   is expanded on arrival.
 - A node's ``hello`` reply, its client ids (``encode_hello``/``decode_hello``).
 - A client group's ``RegretRecord`` (``encode_regret``/``decode_regret``, checked against the
-  node's clients).
+  node's clients), asked for in pieces of at most ``REGRET_PIECE_VALUES`` values of its curve
+  (``regret_query``/``answer_regret_query``/``decode_regret_piece``).
 - A client group's state in the ClientApp's ``context.state`` (``encode_state``/``decode_state``).
 
 Flower 1.42 stores and moves every object of a message (the message, its ``RecordDict``, each
@@ -353,34 +354,77 @@ def decode_hello(record: RecordDict) -> np.ndarray:
         raise MalformedReplyError(f"not a hello reply: no {err}") from None
 
 
-def encode_regret(record: RegretRecord) -> RecordDict:
-    """A client group's regret record as the reply to a ``regret`` query."""
+#: The most values of a group's regret curve (``increment_diff``, T + 1 of them) in one reply to a
+#: regret query (512 KiB of float64): a longer curve is asked for in pieces (``regret_query``), so
+#: no message at the end of a run grows with its horizon. Horizons up to 65,535 take one query.
+REGRET_PIECE_VALUES = 1 << 16
+REGRET_PIECE_KEY = "regret-piece"
+
+
+def regret_query(start: int, values: int = REGRET_PIECE_VALUES) -> RecordDict:
+    """A regret query's content: the piece ``increment_diff[start:start + values]`` of the curve."""
+    if start < 0 or values < 1:
+        raise ValueError(f"a regret piece needs start >= 0 and values >= 1, got {start}, {values}")
+    return RecordDict({REGRET_PIECE_KEY: ConfigRecord({"start": start, "values": values})})
+
+
+def regret_piece_asked(content: RecordDict) -> tuple[int, int]:
+    """``(start, values)`` of a regret query (``regret_query``); the first piece when absent."""
+    config = content.config_records.get(REGRET_PIECE_KEY)
+    if config is None:
+        return 0, REGRET_PIECE_VALUES
+    start, values = config.get("start"), config.get("values")
+    if not isinstance(start, int) or not isinstance(values, int) or start < 0 or values < 1:
+        raise MalformedReplyError(
+            f"regret piece start={start!r}, values={values!r}: expected start >= 0, values >= 1"
+        )
+    return start, values
+
+
+def encode_regret(record: RegretRecord, start: int = 0, values: int | None = None) -> RecordDict:
+    """A client group's regret record as the reply to a regret query for the piece
+    ``increment_diff[start:start + values]`` (all of it when ``values`` is None), with the
+    curve's full length and the per-client arrays (one value per client: small)."""
+    stop = len(record.increment_diff) if values is None else start + values
     arrays = {
         "client_ids": record.client_ids,
-        "increment_diff": record.increment_diff,
+        "increment_diff": record.increment_diff[start:stop],
         "client_regret": record.client_regret,
         "client_pulls": record.client_pulls,
     }
     return RecordDict(
         {
             "regret": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}),
-            "scale": ConfigRecord({"scale": record.scale}),
+            "scale": ConfigRecord(
+                {"scale": record.scale, "start": start, "length": len(record.increment_diff)}
+            ),
         }
     )
 
 
-def decode_regret(content: RecordDict, client_ids: np.ndarray) -> RegretRecord:
-    """The regret record of a reply, for exactly ``client_ids``: one array per client of the
-    right shape and dtype, finite floats; else ``MalformedReplyError``."""
+def answer_regret_query(record: RegretRecord, request: RecordDict) -> RecordDict:
+    """The reply of a node whose record is ``record`` to the regret query ``request``."""
+    start, values = regret_piece_asked(request)
+    return encode_regret(record, start, values)
+
+
+def decode_regret_piece(
+    content: RecordDict, client_ids: np.ndarray, start: int = 0
+) -> tuple[RegretRecord, int]:
+    """A reply's regret record piece (its ``increment_diff`` from ``start``) and the full curve's
+    length: one array per client of the right shape and dtype, finite floats, the piece asked
+    for; else ``MalformedReplyError``."""
     try:
         arrays = {k: a.numpy() for k, a in content.array_records["regret"].items()}
+        config = content.config_records["scale"]
         record = RegretRecord(
             arrays["client_ids"],
             arrays["increment_diff"],
             arrays["client_regret"],
             arrays["client_pulls"],
-            _number(content.config_records["scale"]["scale"]),
+            _number(config["scale"]),
         )
+        length, got = config.get("length", len(record.increment_diff)), config.get("start", 0)
     except (KeyError, ValueError, TypeError) as err:
         raise MalformedReplyError(f"not a regret record: {err}") from None
     n = len(client_ids)
@@ -395,9 +439,25 @@ def decode_regret(content: RecordDict, client_ids: np.ndarray) -> RegretRecord:
         or record.client_pulls.dtype.kind not in "iu"
     ):
         raise MalformedReplyError("regret record arrays of the wrong shape or dtype")
+    if not isinstance(length, int) or got != start or start + len(record.increment_diff) > length:
+        raise MalformedReplyError(
+            f"regret piece from {got!r} of a curve of {length!r} values, asked from {start}"
+        )
+    if start < length and not len(record.increment_diff):
+        raise MalformedReplyError(f"an empty regret piece from {start} of {length} values")
     values = (record.increment_diff, record.client_regret, np.array(record.scale))
     if not all(v.dtype.kind == "f" and np.all(np.isfinite(v)) for v in values):
         raise MalformedReplyError("regret record with NaN, infinite or non-float values")
+    return record, length
+
+
+def decode_regret(content: RecordDict, client_ids: np.ndarray) -> RegretRecord:
+    """The whole regret record of a reply carrying all of it (``decode_regret_piece`` from 0)."""
+    record, length = decode_regret_piece(content, client_ids)
+    if len(record.increment_diff) != length:
+        raise MalformedReplyError(
+            f"a regret piece of {len(record.increment_diff)} of {length} values, not the record"
+        )
     return record
 
 

@@ -5,6 +5,7 @@ cover every client exactly once. The wire format is ``fedbandit.flower.codec``'s
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -23,16 +24,18 @@ from fedbandit.federation import Message as BanditMessage
 from fedbandit.federation.run_ahead import ReplyBuffer, empty_round
 from fedbandit.federation.runtime import ClientFailure, Runtime, describe_clients
 from fedbandit.flower.codec import (
+    REGRET_PIECE_VALUES,
     MalformedReplyError,
     decode,
     decode_hello,
-    decode_regret,
+    decode_regret_piece,
     decode_steps,
     encode,
     handler_seconds,
+    regret_query,
     set_ahead,
 )
-from fedbandit.flower.internals import pull_backoff
+from fedbandit.flower.internals import object_push, pull_backoff
 from fedbandit.flower.secure_aggregation import (
     INLINE_ALWAYS,
     MIN_NODES,
@@ -56,6 +59,65 @@ __all__ = ["FlowerGridRuntime", "discover_nodes"]
 ASK_AGAIN = frozenset({"query.hello", "train.step", "query.regret"})
 #: How many times one exchange asks one node again.
 ASK_AGAIN_TIMES = 2
+#: A push of the ServerApp's messages whose objects the SuperLink lost is sent again, as new
+#: messages, at most this many times in a row, after waits of ``PUSH_AGAIN_WAIT_SECONDS`` doubling.
+PUSH_AGAIN_TIMES = 4
+PUSH_AGAIN_WAIT_SECONDS = 0.5
+
+
+class LostPushError(DeploymentError):
+    """The SuperLink lost the objects of the ServerApp's messages ``PUSH_AGAIN_TIMES`` + 1 times in
+    a row."""
+
+
+def push_whole(
+    grid: Grid, messages: list[Message], stop: threading.Event | None = None
+) -> tuple[list[str], int]:
+    """``grid.push_messages(messages)``, sent again as new messages (same content, new ids) when
+    the SuperLink lost one of their objects (``object_push.is_lost_push``): at most
+    ``PUSH_AGAIN_TIMES`` times, waiting 0.5, 1, 2, 4 s. Messages of a failed push that did arrive
+    whole may still be delivered: a node answers a request it answered already from its kept
+    answer (``fedbandit.flower.apps.answered_once``), and a hello or regret query changes nothing,
+    so only ``ASK_AGAIN`` kinds are sent again; other failures propagate unchanged. Returns the
+    message ids and how many times the messages were sent again.
+
+    A message of the failed push can stay incomplete for good (when the lost object was its own
+    top object), and a node that pulled it waits for it up to its object limit
+    (``pull_backoff.SUPERNODE_OBJECT_WAIT_SECONDS``) before it takes the copy sent again."""
+    for attempt in range(PUSH_AGAIN_TIMES + 1):
+        try:
+            return list(grid.push_messages(messages)), attempt
+        except Exception as err:
+            kinds = sorted({m.metadata.message_type for m in messages})
+            if not object_push.is_lost_push(err) or not set(kinds) <= ASK_AGAIN:
+                raise
+            if attempt == PUSH_AGAIN_TIMES:
+                raise LostPushError(
+                    f"the SuperLink lost an object of the ServerApp's {', '.join(kinds)} "
+                    f"messages {attempt + 1} times in a row ({err}); is its database on a slow "
+                    "or full disk, or the host overloaded?"
+                ) from None
+            log(
+                WARNING,
+                "the SuperLink lost an object of %d %s message(s) in their upload (%s): sending "
+                "them again (%d of %d)",
+                len(messages), "/".join(kinds), err, attempt + 1, PUSH_AGAIN_TIMES,
+            )  # fmt: skip
+            check_stop(stop)
+            time.sleep(PUSH_AGAIN_WAIT_SECONDS * 2**attempt)
+            messages = [renewed(m) for m in messages]
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def renewed(message: Message) -> Message:
+    """A new message with ``message``'s content, destination, type and group (a new id)."""
+    meta = message.metadata
+    return Message(
+        message.content,
+        dst_node_id=meta.dst_node_id,
+        message_type=meta.message_type,
+        group_id=meta.group_id,
+    )
 
 
 def describe_error(reply: Message) -> str:
@@ -153,13 +215,15 @@ class FlowerGridRuntime(Runtime):
         self._last_end = time.perf_counter()
         #: Requests sent to a node again after its reply's upload was lost (``_ask_again``).
         self.asked_again = 0
+        #: Values of a regret curve asked for in one regret query (``codec.REGRET_PIECE_VALUES``).
+        self.regret_piece_values = REGRET_PIECE_VALUES
 
     def _send(self, messages: list[Message]) -> tuple[dict[int, Message], dict[int, str], set[int]]:
         """Push, then pull until every node replied or the deadline. Returns the good replies and
         the error replies' reasons by node, and the nodes silent until the deadline."""
         if not messages:
             return {}, {}, set()
-        ids = list(self.grid.push_messages(messages))
+        ids, pushed_again = push_whole(self.grid, messages, self.stop)
         sent = dict(zip(ids, messages, strict=True))
         node_of = {mid: m.metadata.dst_node_id for mid, m in sent.items()}
         pending: set[str] = set(ids)
@@ -167,8 +231,10 @@ class FlowerGridRuntime(Runtime):
         errors: dict[int, str] = {}
         asked_again: dict[int, int] = {}
         lost_upload: dict[int, str] = {}  # nodes asked again, with the reason
-        # each message's deadline: the round's for the first, a full one for a message asked again
-        deadline_of = dict.fromkeys(ids, time.monotonic() + self.timeout)
+        # each message's deadline: the round's for the first, a full one for a message asked again;
+        # after a push sent again, a node may first wait out a copy that stays incomplete
+        grace = pull_backoff.SUPERNODE_OBJECT_WAIT_SECONDS if pushed_again else 0.0
+        deadline_of = dict.fromkeys(ids, time.monotonic() + self.timeout + grace)
         while live := [mid for mid in pending if time.monotonic() < deadline_of[mid]]:
             check_stop(self.stop)
             for reply in self.grid.pull_messages(live):
@@ -180,9 +246,10 @@ class FlowerGridRuntime(Runtime):
                 if reply.has_error() and self._ask_again(sent[mid], reply, asked_again):
                     lost_upload[node] = describe_error(reply)
                     again = self._message(sent[mid].content, node, sent[mid].metadata.message_type)
-                    (new_id,) = self.grid.push_messages([again])
+                    (new_id,), pushed_again = push_whole(self.grid, [again], self.stop)
                     sent[new_id], node_of[new_id] = again, node
-                    deadline_of[new_id] = time.monotonic() + self.timeout
+                    grace = pull_backoff.SUPERNODE_OBJECT_WAIT_SECONDS if pushed_again else 0.0
+                    deadline_of[new_id] = time.monotonic() + self.timeout + grace
                     pending.add(new_id)
                 elif reply.has_error():
                     errors[node] = describe_error(reply)
@@ -696,24 +763,43 @@ class FlowerGridRuntime(Runtime):
 
     def regret_records(self) -> list[RegretRecord]:
         """The records of the nodes still reachable; nodes that fail now are lost (ClientFailure):
-        the next call leaves them out."""
+        the next call leaves them out. A curve longer than ``regret_piece_values`` is asked for
+        in pieces, one exchange each, so that no reply grows with the horizon."""
         self.close()
-        messages = []
-        for node in self.ranges:
-            if node in self.lost:
-                continue
-            content = RecordDict({})
-            if self.steps_per_round > 1:  # a node that ran ahead rewinds first
-                self._set_ahead(content, node, 1)
-            messages.append(self._message(content, node, "query.regret"))
-        replies, failures, silent = self._send(messages)
-        failures.update({node: f"no reply within {self.timeout:g} s" for node in silent})
+        failures: dict[int, str] = {}
         records: dict[int, RegretRecord] = {}
-        for node, reply in sorted(replies.items()):
-            try:
-                records[node] = decode_regret(reply.content, self.ranges[node])
-            except MalformedReplyError as err:
-                failures[node] = f"malformed regret record: {err}"
+        pieces: dict[int, list[np.ndarray]] = {}
+        lengths: dict[int, int] = {}
+        start, asked = 0, [node for node in self.ranges if node not in self.lost]
+        while asked:
+            messages = []
+            for node in asked:
+                content = regret_query(start, self.regret_piece_values)
+                if self.steps_per_round > 1:  # a node that ran ahead rewinds first
+                    self._set_ahead(content, node, 1)
+                messages.append(self._message(content, node, "query.regret"))
+            replies, errors, silent = self._send(messages)
+            failures.update(errors)
+            failures.update({node: f"no reply within {self.timeout:g} s" for node in silent})
+            for node, reply in sorted(replies.items()):
+                try:
+                    piece, length = decode_regret_piece(reply.content, self.ranges[node], start)
+                    if lengths.setdefault(node, length) != length:
+                        raise MalformedReplyError(
+                            f"a regret curve of {length} values, {lengths[node]} before"
+                        )
+                except MalformedReplyError as err:
+                    failures[node] = f"malformed regret record: {err}"
+                    continue
+                records.setdefault(node, piece)
+                pieces.setdefault(node, []).append(piece.increment_diff)
+            start += self.regret_piece_values
+            asked = [n for n in replies if n not in failures and start < lengths[n]]
+        records = {
+            node: dataclasses.replace(record, increment_diff=np.concatenate(pieces[node]))
+            for node, record in records.items()
+            if node not in failures
+        }
         horizons = [(r.increment_diff.shape, r.scale) for r in records.values()]
         common = max(set(horizons), key=horizons.count, default=None)
         for node, record in records.items():
@@ -833,7 +919,7 @@ def discover_nodes(
                 )
                 for n in new
             ]
-            ids = grid.push_messages(hello)
+            ids, _ = push_whole(grid, hello, stop)
             asked.update(zip(ids, new, strict=True))
         pending = [mid for mid, node in asked.items() if node not in ranges and node not in failed]
         for reply in grid.pull_messages(pending) if pending else []:
@@ -845,7 +931,7 @@ def discover_nodes(
                     RecordDict({}), dst_node_id=node, message_type="query.hello", group_id=group_id
                 )
                 del asked[reply.metadata.reply_to_message_id]  # answered: never pulled again
-                asked.update(zip(grid.push_messages([again]), [node], strict=True))
+                asked.update(zip(push_whole(grid, [again], stop)[0], [node], strict=True))
                 continue
             if reply.has_error():
                 failed[node] = f"error reply (code {reply.error.code}): {reply.error.reason}"

@@ -1,15 +1,15 @@
 """Test-only fault injection for a SuperLink's SQLite store, loaded by Python at start-up when
 this folder is on ``PYTHONPATH`` and ``FEDBANDIT_TEST_STORE_FAULTS`` is set.
 
-``FEDBANDIT_TEST_STORE_FAULTS="METHOD:N,N;METHOD:N"`` makes the N-th call (from 1, counted over
-the whole process) of each named ``SqlLinkState`` method raise SQLite's "database is locked"
-before the store is touched, as a lock held past the busy timeout does (``get_message_ins@fleet``
-counts only the nodes' pulls, which ask for one message; ``METHOD@fleet`` in general, the calls
-of the SuperNodes' Fleet API): the SuperLink answers that request with HTTP 500 and nothing is
-written. ``store_object!lost`` instead makes the call claim the object's pending row and then
-store nothing (``stored=False``), as a lock on the store's second transaction does: the object is
-lost and its push session no longer expects it. Every injected fault is printed to standard error
-with its method and call number.
+``FEDBANDIT_TEST_STORE_FAULTS="METHOD:N,N;METHOD:N"`` makes the N-th call (from 1, counted over the
+whole process) of each named ``SqlLinkState`` method raise SQLite's "database is locked" before the
+store is touched, as a lock held past the busy timeout does (``get_message_ins@fleet`` counts only
+the nodes' pulls, which ask for one message; ``METHOD@fleet`` in general, the calls of the
+SuperNodes' Fleet API; ``METHOD@runtime``, the calls of the ServerApp's runtime API): the SuperLink
+answers that request with HTTP 500 and nothing is written. ``store_object!lost`` instead makes the
+call claim the object's pending row and then store nothing (``stored=False``), as a lock on the
+store's second transaction does: the object is lost and its push session no longer expects it. Every
+injected fault is printed to standard error with its method and call number.
 """
 
 import os
@@ -25,6 +25,11 @@ def _from_fleet(name: str, kwargs: dict) -> bool:
     if name == "get_message_ins":
         return kwargs.get("limit") == 1
     return "fleet" in sys._getframe(2).f_code.co_filename
+
+
+def _from_runtime() -> bool:
+    """True for a call from the runtime API's handlers (the ServerApp's requests)."""
+    return "runtime" in sys._getframe(2).f_code.co_filename
 
 
 def _install(spec: str) -> None:
@@ -46,6 +51,8 @@ def _install(spec: str) -> None:
             _only=only, _mode=mode, **kwargs,
         ):  # fmt: skip
             if _only == "fleet" and not _from_fleet(_name, kwargs):
+                return _original(self, *args, **kwargs)
+            if _only == "runtime" and not _from_runtime():
                 return _original(self, *args, **kwargs)
             with lock:
                 _calls[0] += 1

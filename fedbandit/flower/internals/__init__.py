@@ -7,6 +7,7 @@ public API (``flwr.app``, ``flwr.clientapp``, ``flwr.serverapp``, ``flwr.simulat
 - ``warm_executor``: one long-lived process that runs every ClientApp task of a SuperNode;
 - ``pull_backoff``: short waits for a message's objects in the SuperNode and the ServerApp;
 - ``server_error_retry``: the SuperNode and the ServerApp retry a SuperLink's HTTP 500;
+- ``object_push``: tells a ServerApp push whose objects the SuperLink lost, to send it again;
 - ``simulation_poll``: a short poll for new messages in the simulation runtime (flower-sim);
 - ``simulation_stop``: a simulation interrupted mid-round waits for its ClientApp tasks before
   Ray stops, so the command exits;

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fedbandit.errors import ConfigError
-from fedbandit.flower.internals import UnsupportedFlowerError, require_flower
+from fedbandit.flower.internals import UnsupportedFlowerError, require_flower, seconds_setting
 
 ENV = "FEDBANDIT_PULL_BACKOFF"
 #: First wait and longest wait (s) before asking again for an object not uploaded yet.
@@ -49,6 +49,10 @@ OBJECT_WAIT_SECONDS = 20.0
 #: executor waits for the same objects at most ``warm_executor.OBJECT_PULL_SECONDS`` = 60 s, and a
 #: node still waiting when its SuperLink dies serves a new run only after this limit.
 SUPERNODE_OBJECT_WAIT_SECONDS = 60.0
+#: Sets another SuperNode limit (seconds, 1-3600). A message of the ServerApp whose push the
+#: SuperLink half lost stays incomplete for good (``object_push``): a node that pulled it waits
+#: this long before it takes the next message (the ServerApp's copy sent again).
+SUPERNODE_OBJECT_WAIT_ENV = "FEDBANDIT_SUPERNODE_OBJECT_WAIT"
 #: The ServerApp waits for one reply's objects at most this fraction of the round's deadline: it
 #: pulls a round's replies one after another, so the live nodes' replies still arrive in time.
 ROUND_SHARE = 0.25
@@ -71,6 +75,13 @@ def backoff_from_env(text: str | None) -> tuple[float, float] | None:
     if not 0 < first <= cap <= 10:
         raise ConfigError(f"{ENV}: need 0 < FIRST <= CAP <= 10, got {text!r}")
     return first, cap
+
+
+def supernode_object_wait_from_env() -> float:
+    """``FEDBANDIT_SUPERNODE_OBJECT_WAIT`` (default ``SUPERNODE_OBJECT_WAIT_SECONDS``); a
+    ``ConfigError`` unless it is seconds in [1, 3600]."""
+    text = os.environ.get(SUPERNODE_OBJECT_WAIT_ENV, str(SUPERNODE_OBJECT_WAIT_SECONDS))
+    return seconds_setting(SUPERNODE_OBJECT_WAIT_ENV, text, 1.0, 3600.0)
 
 
 def object_wait_seconds(round_timeout: float | None = None) -> float:

@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # the settings first: a wrong one is one line, before any process starts
         poll_seconds = poll_seconds_from_env()
         backoff = pull_backoff.backoff_from_env(os.environ.get(pull_backoff.ENV))
+        object_wait = pull_backoff.supernode_object_wait_from_env()
     except ValueError as err:
         print(f"fedbandit: {err}", file=sys.stderr)
         return 2
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             pull_backoff.install(
                 pull_backoff.SUPERNODE_MODULE,
                 backoff,
-                max_time=pull_backoff.SUPERNODE_OBJECT_WAIT_SECONDS,
+                max_time=object_wait,
             )
         server_error_retry.install_supernode()
         from flwr.supernode.cli import flower_supernode
