@@ -96,6 +96,11 @@ def test_flowers_own_modules_have_the_function_it_replaces():
         (pull_backoff.ENV, "fast", "FEDBANDIT_PULL_BACKOFF must be FIRST,CAP seconds"),
         ("FEDBANDIT_SUPERNODE_POLL", "soon", "FEDBANDIT_SUPERNODE_POLL must be seconds in"),
         ("FEDBANDIT_SUPERNODE_POLL", "5", "FEDBANDIT_SUPERNODE_POLL must be seconds in"),
+        (
+            pull_backoff.SUPERNODE_OBJECT_WAIT_ENV,
+            "0.5",
+            "FEDBANDIT_SUPERNODE_OBJECT_WAIT must be seconds in [1, 3600]",
+        ),
     ],
 )
 def test_supernode_refuses_a_wrong_setting_in_one_line_before_starting_anything(
