@@ -360,6 +360,31 @@ def test_a_count_that_did_not_finish_is_a_row_with_its_reason_and_the_next_count
     assert len(lines[1]) == len(lines[2]) and len(lines[3]) > len(lines[2]) - 40
 
 
+def test_a_failed_runs_reason_carries_the_telling_line_of_the_log_that_follows_it(tmp_path):
+    """A ServerApp that died ends `fedbandit run` with "...; end of its log:" and the log after it:
+    the row's reason carries the log's last error line, not the dangling colon."""
+    from fedbandit.bench.cluster import CommandFailedError
+
+    log = tmp_path / "flower.log"
+    log.write_text(
+        "fedbandit: error: Flower run 4411 (fedpe seed 0) ended 'finished:failed'; end of its "
+        "log:\n\x1b[92mINFO \x1b[0m:      [ROUND 3]\n"
+        "\x1b[91mERROR \x1b[0m:     ObjectPushError: Failed to push object with ID '0828ffba' for "
+        "run 4411 using session '503a'. The push session may have expired or been replaced.\n"
+        "\x1b[92mINFO \x1b[0m:      ServerApp exited with code 201\n"
+    )
+    error = CommandFailedError(["run", "fedpe_tiny"], 3, log)
+    assert error.reason == (
+        "exit 3: Flower run 4411 (fedpe seed 0) ended 'finished:failed'; end of its log: "
+        "ObjectPushError: Failed to push object with ID '0828ffba' for run 4411 using session "
+        "'503a'. The push session may have expired or been replaced."
+    )
+    log.write_text("fedbandit: error: no node serves clients 4-5 after 120 s\nstatus incomplete\n")
+    assert CommandFailedError(["run"], 3, log).reason == (
+        "exit 3: no node serves clients 4-5 after 120 s"
+    )
+
+
 def test_bench_reports_a_benchmark_that_did_not_finish_in_one_line_and_runs_the_rest(
     monkeypatch, capsys
 ):

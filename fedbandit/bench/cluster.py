@@ -9,6 +9,7 @@ import contextlib
 import math
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -233,15 +234,36 @@ def experiment_args(num_clients: int, horizon: int) -> list[str]:
     ]
 
 
+#: Colour codes and Flower's level prefix ("ERROR :     ") of a log line.
+_LOG_NOISE = re.compile(r"\x1b\[[0-9;]*m|^\s*(ERROR|WARNING|INFO)\s*:\s*")
+
+
+def telling_line(lines: Sequence[str], limit: int = 240) -> str:
+    """The line of a log's end that says most of why it failed: the last one naming an error or
+    exception (else the last non-empty one), without colour codes or level prefix, shortened to
+    ``limit`` characters."""
+    clean = [_LOG_NOISE.sub("", _LOG_NOISE.sub("", line)).strip() for line in lines]
+    clean = [line for line in clean if line]
+    errors = [line for line in clean if re.search(r"error|exception|failed", line, re.IGNORECASE)]
+    line = (errors or clean or [""])[-1]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 class CommandFailedError(RuntimeError):
     """A ``fedbandit`` command of the benchmark exited non-zero: ``reason`` is its last
-    ``fedbandit: error:`` line (else the last line of its log), ``log`` the log file."""
+    ``fedbandit: error:`` line (else the last line of its log), completed by the log's telling
+    line when that error goes on in the log (``telling_line``); ``log`` the log file."""
 
     def __init__(self, args: Sequence[str], returncode: int, log: Path) -> None:
         lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-        errors = [line for line in lines if line.startswith("fedbandit: error:")]
-        last = errors[-1] if errors else next((ln for ln in reversed(lines) if ln.strip()), "")
-        self.reason = f"exit {returncode}: {last.removeprefix('fedbandit: error:').strip()}"
+        marks = [i for i, line in enumerate(lines) if line.startswith("fedbandit: error:")]
+        if marks:
+            last = lines[marks[-1]].removeprefix("fedbandit: error:").strip()
+            if last.endswith(":"):  # "...; end of its log:" and the log follows
+                last = f"{last} {telling_line(lines[marks[-1] + 1 :])}".strip()
+        else:
+            last = next((ln for ln in reversed(lines) if ln.strip()), "")
+        self.reason = f"exit {returncode}: {last}"
         self.log = log
         tail = "\n".join(lines[-30:])
         super().__init__(f"`fedbandit {' '.join(args)}` failed ({returncode}):\n{tail}")
