@@ -342,7 +342,10 @@ def test_a_count_that_did_not_finish_is_a_row_with_its_reason_and_the_next_count
         return _fake_nodes_run(count, 0.5 * count)
 
     monkeypatch.setattr(nodes, "_measure_count", measure)
+    host = {"numpy_loop_seconds": 6.24, "docs_numpy_loop_seconds": 1.56, "load_1min": 21.5}
+    monkeypatch.setattr(nodes, "host_yardstick", lambda: host)
     result = nodes.bench_nodes(workdir=tmp_path / "work", counts=(1, 16, 32))
+    assert result["host"] == host
     assert [run.get("finished", True) for run in result["runs"]] == [True, False, False]
     assert result["runs"][1]["reason"] == (
         "`fedbandit run` exit 3: fedpe seed 0 aborted (regret records: lost clients 0-14 (no "
@@ -354,6 +357,9 @@ def test_a_count_that_did_not_finish_is_a_row_with_its_reason_and_the_next_count
     assert "Traceback" not in stderr
     lines = format_table("nodes", result).splitlines()
     assert len(lines) == 5
+    assert lines[0].endswith(
+        "; host: Local UCB NumPy loop 6.24 s (docs' machine 1.56 s), load 21.5 before"
+    )
     assert lines[3].startswith("16 ") and lines[3].endswith(result["runs"][1]["reason"])
     assert "did not finish: `fedbandit run` exit 3" in lines[3]
     # The reason runs on without widening the columns of the finished rows.
@@ -441,3 +447,4 @@ def test_quick_nodes_benchmark_runs_end_to_end():
         assert 0 < run["rss_mb_supernode"] < run["peak_rss_mb_node_max"] < 2048
         assert run["rss_mb_executor"] > 0
     assert "nodes:" in format_table("nodes", result)
+    assert result["host"]["numpy_loop_seconds"] > 0

@@ -35,6 +35,7 @@ import pandas as pd
 
 from fedbandit.bench import cluster as loopback
 from fedbandit.bench.common import Table
+from fedbandit.bench.paper import host_yardstick
 from fedbandit.bench.processes import (
     RssSampler,
     children_map,
@@ -154,6 +155,7 @@ def bench_nodes(
     root = Path(tempfile.mkdtemp(prefix="fedbandit-bench-nodes-", dir=workdir))
     rows = []
     ok = False
+    host = host_yardstick()
     with sigterm_as_interrupt():
         try:
             for count in counts:
@@ -172,7 +174,7 @@ def bench_nodes(
             f"{root}",
             file=sys.stderr,
         )
-    return {"quick": quick, "counts": list(counts), "runs": rows}
+    return {"quick": quick, "counts": list(counts), "runs": rows, "host": host}
 
 
 def format_nodes(result: dict[str, Any]) -> Table:
@@ -181,6 +183,11 @@ def format_nodes(result: dict[str, Any]) -> Table:
     finished = [run for run in runs if run.get("finished", True)]
     first = runs[0] if runs else {"M": 0, "T": 0}
     title = f"nodes: fedpe_tiny (Fed-PE) M={first['M']} T={first['T']} on N SuperNodes, one machine"
+    if (host := result.get("host")) is not None:
+        title += (
+            f"; host: Local UCB NumPy loop {host['numpy_loop_seconds']:.2f} s (docs' machine "
+            f"{host['docs_numpy_loop_seconds']:.2f} s), load {host['load_1min']:.1f} before"
+        )
     rows: list[tuple[str, ...]] = [
         (
             "N", "rounds", "wall s", "median round s", "p90 round s", "x N=1",

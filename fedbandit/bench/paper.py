@@ -3,6 +3,7 @@ command, and Local UCB's compiled kernel against the NumPy loop it replaced."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,30 @@ def _local_ucb_seconds(horizon: int, seeds: int) -> tuple[list[float], float]:
     if not np.array_equal(loop.record().increment_diff, compiled.record().increment_diff):
         raise RuntimeError("Local UCB's compiled kernel and the NumPy loop disagree")
     return times, loop_seconds
+
+
+#: The host yardstick's horizon (``bench paper``'s) and its seconds on the machine that measured
+#: the docs' tables (docs/appendix/benchmark-history.md, the ``paper`` run).
+YARDSTICK_HORIZON = 2**17
+YARDSTICK_DOCS_SECONDS = 1.56
+
+
+def host_yardstick() -> dict[str, float]:
+    """How fast this host runs NumPy-bound work, and how loaded it is: one seed of Local UCB's
+    NumPy loop on the paper's instance at T = 2^17 (``bench paper``'s "NumPy loop" row; 1.56 s on
+    the docs' machine) and the 1-minute load average before it. Counts measured on hosts whose
+    yardsticks differ compare by the ratio of their yardsticks, not by their seconds."""
+    instance = paper_synthetic(PaperSyntheticParams())
+    ids = np.arange(instance.num_clients)
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    environment = BanditEnvironment(instance, ids, YARDSTICK_HORIZON, [0, 0])
+    local_ucb_numpy_loop(environment, instance.noise_sigma)
+    return {
+        "numpy_loop_seconds": time.perf_counter() - start,
+        "docs_numpy_loop_seconds": YARDSTICK_DOCS_SECONDS,
+        "load_1min": load,
+    }
 
 
 def bench_paper(quick: bool = False) -> dict[str, Any]:
