@@ -242,8 +242,10 @@ class CountingGrid(FakeGrid):
     def __init__(self, nodes):
         super().__init__(nodes)
         self.pushed = []
+        self.batches = []
 
     def push_messages(self, messages):
+        self.batches.append(len(messages))
         for m in messages:
             is_step = m.metadata.message_type == "train.step"
             round_ = decode(m.content).round if is_step else None
@@ -617,6 +619,8 @@ def test_a_long_regret_curve_is_asked_for_in_pieces_that_join_to_the_whole(polic
     queries = [node for node, kind, _ in grid.pushed if kind == "query.regret"]
     assert len(local.regret.increment_diff) == 301
     assert {node: queries.count(node) for node in THREE} == dict.fromkeys(THREE, 43)  # 301 / 7
+    # one push per message: a node waits for its own message's objects only
+    assert set(grid.batches) == {1} and len(grid.batches) == len(grid.pushed)
 
 
 def test_a_regret_piece_from_another_start_loses_the_node():

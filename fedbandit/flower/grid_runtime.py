@@ -220,21 +220,31 @@ class FlowerGridRuntime(Runtime):
 
     def _send(self, messages: list[Message]) -> tuple[dict[int, Message], dict[int, str], set[int]]:
         """Push, then pull until every node replied or the deadline. Returns the good replies and
-        the error replies' reasons by node, and the nodes silent until the deadline."""
+        the error replies' reasons by node, and the nodes silent until the deadline.
+
+        Each message is pushed on its own, not in one batch: Flower registers a batch's messages
+        first and then uploads all their objects, and a node that pulled its message waits for
+        that message's objects at most ``pull_backoff.SUPERNODE_OBJECT_WAIT_SECONDS``. At 16
+        SuperNodes under load 26-35 the upload of a round's 16 messages took over 60 s (about a
+        second per object request, SQLite locks retried): 13 nodes gave up on their message and
+        the round was lost. One push per message makes a node wait for its own objects only, at
+        one more request per node and round."""
         if not messages:
             return {}, {}, set()
-        ids, pushed_again = push_whole(self.grid, messages, self.stop)
-        sent = dict(zip(ids, messages, strict=True))
+        sent: dict[str, Message] = {}
+        # each message's deadline: the round's for the first, a full one for a message asked again;
+        # after a push sent again, a node may first wait out a copy that stays incomplete
+        deadline_of: dict[str, float] = {}
+        for message in messages:
+            (mid,), pushed_again = push_whole(self.grid, [message], self.stop)
+            grace = pull_backoff.SUPERNODE_OBJECT_WAIT_SECONDS if pushed_again else 0.0
+            sent[mid], deadline_of[mid] = message, time.monotonic() + self.timeout + grace
         node_of = {mid: m.metadata.dst_node_id for mid, m in sent.items()}
-        pending: set[str] = set(ids)
+        pending: set[str] = set(sent)
         replies: dict[int, Message] = {}
         errors: dict[int, str] = {}
         asked_again: dict[int, int] = {}
         lost_upload: dict[int, str] = {}  # nodes asked again, with the reason
-        # each message's deadline: the round's for the first, a full one for a message asked again;
-        # after a push sent again, a node may first wait out a copy that stays incomplete
-        grace = pull_backoff.SUPERNODE_OBJECT_WAIT_SECONDS if pushed_again else 0.0
-        deadline_of = dict.fromkeys(ids, time.monotonic() + self.timeout + grace)
         while live := [mid for mid in pending if time.monotonic() < deadline_of[mid]]:
             check_stop(self.stop)
             for reply in self.grid.pull_messages(live):
