@@ -313,9 +313,8 @@ def test_algorithms_option_runs_those_as_setting_algorithms_does(tmp_path):
             files[point, name] = (runs / name).read_text()
             assert files[point, name] == (plain / "points" / point / "runs" / name).read_text()
         manifest = json.loads((limited / "points" / point / "manifest.json").read_text())
-        assert manifest["status"] == "complete" and manifest["requested"]["algorithms"] == [
-            "fedpe"
-        ]
+        assert manifest["status"] == "complete"
+        assert manifest["requested"]["algorithms"] == ["fedpe"]
         assert manifest["not_requested"] == ["local_ucb/seed_0", "local_ucb/seed_1"]
     assert json.loads((limited / "sweep.json").read_text())["status"] == "complete"
     code, _, err = _run(["sweep", str(path), "--out", str(limited), "--quiet"])
