@@ -208,11 +208,13 @@ def run_sweep(
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
     progress: bool = True,
     force: bool = False,
+    algorithms: Sequence[str] | None = None,
 ) -> SweepResults:
     """Run a parameter study (``fedbandit sweep``): the experiment's ``[sweep]`` table plus
     ``grid`` (dotted key -> values), seeds 0..``seeds``-1 or ``seed_range`` (A, B), on ``executor``
     ``local`` (long-lived worker processes) or ``ray`` (``address``: ``auto``, ``HOST:PORT`` or
-    None to start a local Ray). The folder ``out`` is written and resumed like a run folder."""
+    None to start a local Ray); ``algorithms`` runs only those of the experiment's algorithms
+    (as in ``run``). The folder ``out`` is written and resumed like a run folder."""
     config = _experiment(experiment, overrides)
     shard = f"{seed_range[0]}:{seed_range[1]}" if seed_range is not None else None
     run_points(
@@ -225,5 +227,6 @@ def run_sweep(
         address=address,
         progress=progress,
         force=force,
+        algorithms=algorithms,
     )
     return load_sweep(out)

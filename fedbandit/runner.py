@@ -38,6 +38,7 @@ from fedbandit.runs.planning import (
     preflight,
     prepare_run_folder,
     say_rough_time,
+    select_algorithms,
 )
 from fedbandit.runs.progress import progress_bar
 from fedbandit.runs.report import plot_after_run
@@ -81,12 +82,7 @@ def run_experiment(
         raise ConfigError(f"--detach applies to --runtime flower, not {options.runtime!r}")
     entry = RUNTIMES[options.runtime]
     run_dir = Path(out_dir) if out_dir is not None else default_out_dir(config)
-    selected = list(algorithms) if algorithms is not None else list(config.algorithms)
-    if unknown := [a for a in selected if a not in config.algorithms]:
-        raise ConfigError(
-            f"algorithms {unknown} are not in experiment {config.name!r} "
-            f"(its algorithms: {', '.join(config.algorithms)})"
-        )
+    selected = select_algorithms(config, algorithms)
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     if not entry.parallel:

@@ -297,6 +297,27 @@ def test_compressed_files_are_read(letor, tmp_path):
     )
 
 
+def test_a_byte_order_mark_is_skipped(letor, tmp_path, monkeypatch):
+    """A LETOR file saved with a UTF-8 byte-order mark reads as the file without it, plain or
+    compressed, in one range or many; a bad line after it is still named by its number."""
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(mslr.BYTE_ORDER_MARK + letor.read_bytes())
+    packed = tmp_path / "marked.txt.gz"
+    packed.write_bytes(gzip.compress(marked.read_bytes()))
+    expected = build_mslr(params(letor)).contexts
+    for file in (marked, packed):
+        np.testing.assert_array_equal(build_mslr(params(file)).contexts, expected)
+    plain_X, plain_y, plain_qid = mslr.read_letor_file(letor)
+    monkeypatch.setattr(mslr, "READ_CHUNK_BYTES", 3001)
+    X, y, qid = mslr.read_letor_file(marked)
+    assert X.shape == plain_X.shape and abs(X - plain_X).max() == 0
+    assert np.array_equal(y, plain_y) and np.array_equal(qid, plain_qid)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(mslr.BYTE_ORDER_MARK + f"7 qid:1 {LINE}\n".encode())
+    with pytest.raises(DataError, match=r"bad\.txt: line 1: the label 7 is not an integer"):
+        build_instance(params(bad))
+
+
 def test_cache_is_used_and_keyed_by_content(letor, tmp_path, monkeypatch):
     copy = tmp_path / "copy.txt"
     copy.write_bytes(letor.read_bytes())

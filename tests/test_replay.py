@@ -28,7 +28,7 @@ import pytest
 from step_recorder import record_steps
 
 from fedbandit.cli import main as cli_main
-from fedbandit.config import load_experiment, validate_experiment
+from fedbandit.config import load_experiment, shipped_folder, validate_experiment
 from fedbandit.datasets import movielens20m
 from fedbandit.datasets.replay import (
     AUTHORS_HEADER,
@@ -46,6 +46,7 @@ from fedbandit.runner import run_experiment
 from fedbandit.runs.report import summary_table
 from fedbandit.runspec import RuntimeOptions
 from fedbandit.simulation import SeedResult, build_federation, simulate
+from fedbandit.sweep import expand
 
 # --------------------------------------------------------------------------- generated files
 
@@ -713,21 +714,104 @@ def test_in_process_and_flower_sim_give_identical_files(files, tmp_path):
 def test_experiment_validates_but_asks_for_the_data(tmp_path, capsys):
     experiment = load_experiment("fed_contextual_movielens20m")
     assert experiment.instance.kind == "replay" and experiment.instance.path == ""
-    code = cli_main(["run", "fed_contextual_movielens20m", "--out", str(tmp_path / "r"), "--quiet"])
+    out = tmp_path / "r"
+    code = cli_main(["sweep", "fed_contextual_movielens20m", "--out", str(out), "--quiet"])
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "instance.path is empty" in err
-    assert "movielens20m" in err and not (tmp_path / "r").exists()
+    assert "fedbandit sweep fed_contextual_movielens20m" in err and not out.exists()
+    code = cli_main(["run", "fed_contextual_movielens20m", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "is a study" in err
+
+
+#: The study's two points, spelled out: the papers' rules and the authors' scripts' (the
+#: experiment's single configuration before it became a study).
+POINT_SETTINGS = {
+    "p000": [
+        "params.dislinucb.fidelity=paper",
+        "params.dislinucb.width=adaptive",
+        "params.async_linucb.fidelity=paper",
+        "params.async_linucb.width=adaptive",
+        "params.fedglb_ucb.fidelity=paper",
+        "params.fedglb_ucb.projection=ball",
+        "params.ons_glm.fidelity=paper",
+        "params.ons_glm.projection=ball",
+    ],
+    "p001": [
+        "params.dislinucb.fidelity=authors_code",
+        "params.dislinucb.width=0.3",
+        "params.async_linucb.fidelity=authors_code",
+        "params.async_linucb.width=0.3",
+        "params.fedglb_ucb.fidelity=authors_code",
+        "params.fedglb_ucb.projection=simplex",
+        "params.ons_glm.fidelity=authors_code",
+        "params.ons_glm.projection=simplex",
+    ],
+}
 
 
 def test_experiment_runs_on_supplied_files(files, tmp_path):
     sets = [f"instance.path={files}", "horizon=60", "instance.bias=true"]
     experiment = load_experiment("fed_contextual_movielens20m", sets)
-    instance = build_instance(experiment.instance)
-    for algorithm in experiment.algorithms:
-        hyper = experiment.hyperparameters(algorithm)
-        result = simulate(instance, algorithm, 60, [0, 0], hyper)
-        assert result.regret.client_pulls.sum() == 60
+    points = expand(experiment)
+    assert [point.id for point in points] == list(POINT_SETTINGS)
+    for point in points:
+        alone = load_experiment(str(plain_movielens20m(tmp_path)), sets + POINT_SETTINGS[point.id])
+        assert point.config.params == alone.params  # nothing else differs between the points
+        instance = build_instance(point.config.instance)
+        for algorithm in point.config.algorithms:
+            hyper = point.config.hyperparameters(algorithm)
+            result = simulate(instance, algorithm, 60, [0, 0], hyper)
+            assert result.regret.client_pulls.sum() == 60
+
+
+def plain_movielens20m(folder: Path) -> Path:
+    """The shipped study without its [sweep] table: one configuration, for ``fedbandit run``."""
+    text = (shipped_folder("experiments") / "fed_contextual_movielens20m.toml").read_text()
+    path = folder / "movielens20m_alone.toml"
+    path.write_text(text.split("\n[sweep")[0])
+    return path
+
+
+def test_each_point_of_the_study_is_its_configuration_run_alone(files, tmp_path, capsys):
+    """``fedbandit sweep fed_contextual_movielens20m --algorithms ...`` (the documented quick
+    run) writes at each point exactly the files of ``fedbandit run`` of that configuration
+    alone; the two points differ (the rules matter on this log)."""
+    sets = [f"instance.path={files}", "horizon=200"]
+    chosen = "dislinucb,async_linucb,fedglb_ucb,oful"
+    study = tmp_path / "study"
+    common = ["--quiet", "--workers", "2", "--algorithms", chosen]
+    command = ["sweep", "fed_contextual_movielens20m", *_sets(sets), "--out", str(study)]
+    assert cli_main([*command, *common]) == 0
+    plain = plain_movielens20m(tmp_path)
+    hits = {}
+    for point, settings in POINT_SETTINGS.items():
+        alone = tmp_path / f"alone-{point}"
+        command = ["run", str(plain), *_sets(sets + settings), "--out", str(alone)]
+        assert cli_main([*command, *common]) == 0
+        for algorithm in chosen.split(","):
+            name = f"runs/{algorithm}/seed_0"
+            ours = study / "points" / point / name
+            theirs = alone / name
+            regret = ours.with_suffix(".regret.csv").read_text()
+            assert regret == theirs.with_suffix(".regret.csv").read_text(), (point, algorithm)
+            timing = ("seconds", "compile_seconds")
+            ours_info, theirs_info = (
+                {k: v for k, v in json.loads(path.with_suffix(".json").read_text()).items()
+                 if k not in timing}
+                for path in (ours, theirs)
+            )  # fmt: skip
+            assert ours_info == theirs_info, (point, algorithm)  # totals, report, reward
+            hits[point, algorithm] = pd.read_csv(ours.with_suffix(".regret.csv"))["reward"].iloc[-1]
+    capsys.readouterr()
+    for algorithm in ("dislinucb", "async_linucb", "fedglb_ucb"):
+        assert hits["p000", algorithm] != hits["p001", algorithm], algorithm
+    assert hits["p000", "oful"] == hits["p001", "oful"]
+
+
+def _sets(settings: list[str]) -> list[str]:
+    return [part for setting in settings for part in ("--set", setting)]
 
 
 def write(path: Path, text: str) -> Path:

@@ -281,3 +281,63 @@ def test_the_other_varied_keys_of_an_algorithm_split_its_line():
         "oful": [30.0, 30.0],
     }
     assert series_keys("oful", [model, "instance.num_clients"]) == ["instance.num_clients"]
+
+
+def test_algorithms_option_runs_those_as_setting_algorithms_does(tmp_path):
+    """``sweep --algorithms fedpe`` makes at every point exactly the files and table rows of
+    ``--set algorithms=["fedpe"]``; the folder records what it asked for, and a later sweep
+    without the option into it adds the others and leaves those files as they were."""
+    path = write(tmp_path, {"grid": {"instance.num_clients": [3, 5]}})
+    limited, plain = tmp_path / "limited", tmp_path / "set"
+    code, _, err = _run(["sweep", str(path), "--out", str(limited), "--quiet",
+                         "--algorithms", "fedpe"])  # fmt: skip
+    assert code == 0, err
+    assert "every run asked for is done; the folder lacks 4 runs of local_ucb" in err
+    assert main(["sweep", str(path), "--out", str(plain), "--quiet",
+                 "--set", 'algorithms=["fedpe"]']) == 0  # fmt: skip
+    seconds = ["seconds", "seconds_mean"]
+    for table in ("sweep.csv", "sweep_summary.csv"):
+        ours = pd.read_csv(limited / table)
+        theirs = pd.read_csv(plain / table)
+        assert len(ours) == 4 if table == "sweep.csv" else 2
+        pd.testing.assert_frame_equal(
+            ours.drop(columns=seconds, errors="ignore"),
+            theirs.drop(columns=seconds, errors="ignore"),
+        )
+    files = {}
+    for point in ("p000", "p001"):
+        runs = limited / "points" / point / "runs"
+        assert sorted(p.name for p in runs.iterdir()) == ["fedpe"]
+        for seed in (0, 1):
+            name = f"fedpe/seed_{seed}.regret.csv"
+            files[point, name] = (runs / name).read_text()
+            assert files[point, name] == (plain / "points" / point / "runs" / name).read_text()
+        manifest = json.loads((limited / "points" / point / "manifest.json").read_text())
+        assert manifest["status"] == "complete"
+        assert manifest["requested"]["algorithms"] == ["fedpe"]
+        assert manifest["not_requested"] == ["local_ucb/seed_0", "local_ucb/seed_1"]
+    assert json.loads((limited / "sweep.json").read_text())["status"] == "complete"
+    code, _, err = _run(["sweep", str(path), "--out", str(limited), "--quiet"])
+    assert code == 0 and "every run asked for" not in err, err
+    assert len(pd.read_csv(limited / "sweep.csv")) == 8
+    for (point, name), text in files.items():
+        assert (limited / "points" / point / "runs" / name).read_text() == text
+
+
+@pytest.mark.parametrize("command", ["sweep", "run"])
+@pytest.mark.parametrize("names", ["fedpe,nope", "oful", ","])
+def test_an_algorithm_not_in_the_experiment_is_one_line_naming_it(tmp_path, command, names):
+    study = write(tmp_path, {"grid": {"instance.num_clients": [3, 5]}})
+    plain = tmp_path / "plain.toml"
+    plain.write_text(study.read_text().split("[sweep")[0])
+    out = tmp_path / "out"
+    target = study if command == "sweep" else plain
+    code, _, err = _run([command, str(target), "--out", str(out), "--quiet",
+                         "--algorithms", names])  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "its algorithms: fedpe, local_ucb" in err and not out.exists()
+    if names == ",":
+        assert "--algorithms names no algorithm" in err
+    else:
+        unknown = names.split(",")[-1]
+        assert f"algorithm '{unknown}' is not in experiment" in err

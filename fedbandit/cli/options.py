@@ -58,3 +58,29 @@ def use_experiment_folders(args: argparse.Namespace) -> None:
         earlier = os.environ.get(EXPERIMENTS_VARIABLE, "")
         joined = os.pathsep.join(str(folder.resolve()) for folder in folders)
         os.environ[EXPERIMENTS_VARIABLE] = joined + (os.pathsep + earlier if earlier else "")
+
+
+def add_algorithms_option(parser: argparse.ArgumentParser) -> None:
+    """``--algorithms A,B`` on ``parser``: run only these of the experiment's algorithms."""
+    parser.add_argument(
+        "--algorithms",
+        metavar="A,B",
+        help="run only these of the experiment's algorithms; a later run without it into the "
+        "same --out adds the others",
+    )
+
+
+def algorithm_names(text: str | None) -> list[str] | None:
+    """``--algorithms a,b``: the names as given (None: the option was not given); checked
+    against the experiment by ``fedbandit.runs.planning.select_algorithms``."""
+    return None if text is None else text.split(",")
+
+
+def not_requested_note(out: Path, not_requested: list[str]) -> str:
+    """The line saying that a folder limited with ``--algorithms`` lacks the other runs."""
+    others = sorted({run.split("/")[0] for run in not_requested})
+    return (
+        f"fedbandit: every run asked for is done; the folder lacks {len(not_requested)} runs "
+        f"of {', '.join(others)} (not asked for: rerun with --out {out} without --algorithms "
+        "to add them)"
+    )

@@ -8,7 +8,12 @@ import os
 import sys
 from pathlib import Path
 
-from fedbandit.cli.options import add_experiments_option
+from fedbandit.cli.options import (
+    add_algorithms_option,
+    add_experiments_option,
+    algorithm_names,
+    not_requested_note,
+)
 from fedbandit.config import ExperimentConfig, load_experiment
 from fedbandit.errors import ConfigError, RunStoppedError
 from fedbandit.federation.runtime import FAILURE_POLICIES
@@ -59,7 +64,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         manifest = run(
             config,
-            algorithms=args.algorithms.split(",") if args.algorithms else None,
+            algorithms=algorithm_names(args.algorithms),
             runtime=options,
             out=args.out,
             workers=args.workers,
@@ -82,13 +87,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     not_asked = manifest.get("not_requested", [])
     if manifest["status"] == "complete":
         if not_asked:  # every run asked for (--algorithms) is done: the folder lacks the others
-            others = sorted({run.split("/")[0] for run in not_asked})
-            print(
-                f"fedbandit: every run asked for is done; the folder lacks {len(not_asked)} "
-                f"runs of {', '.join(others)} (not asked for: rerun with --out {run_dir} "
-                "without --algorithms to add them)",
-                file=sys.stderr,
-            )
+            print(not_requested_note(run_dir, not_asked), file=sys.stderr)
         return 0
     aborted = manifest.get("aborted_seeds", {})
     missing = manifest.get("missing_runs", [])
@@ -111,7 +110,7 @@ def _detach(config: ExperimentConfig, options: RuntimeOptions, args: argparse.Na
         args.workers,
         not args.quiet,
         options,
-        args.algorithms.split(",") if args.algorithms else None,
+        algorithm_names(args.algorithms),
         force=args.force,
         detach=True,
     )
@@ -141,9 +140,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set instance.num_clients=50",
     )
-    run.add_argument(
-        "--algorithms", metavar="A,B", help="run only these of the experiment's algorithms"
-    )
+    add_algorithms_option(run)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument(
         "--force", action="store_true", help="run even when the memory estimate exceeds the RAM"

@@ -7,7 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedbandit.cli.options import add_experiments_option
+from fedbandit.cli.options import (
+    add_algorithms_option,
+    add_experiments_option,
+    algorithm_names,
+    not_requested_note,
+)
 from fedbandit.config import load_experiment
 from fedbandit.runspec import EXECUTORS
 
@@ -18,6 +23,7 @@ from fedbandit.runspec import EXECUTORS
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import datetime as dt
 
+    from fedbandit.results.files import read_json
     from fedbandit.runs.planning import RESULTS_ROOT
     from fedbandit.runs.sweeps import run_sweep
     from fedbandit.sweep import load_sweep, parse_grid_option, plot_sweep, seeds_of
@@ -38,6 +44,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         address=args.address,
         progress=not args.quiet,
         force=args.force,
+        algorithms=algorithm_names(args.algorithms),
     )
     results = load_sweep(out)
     summary = results.summary
@@ -68,6 +75,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if results.manifest.get("status") != "complete":
         print(f"fedbandit: the sweep is incomplete; rerun with --out {out}", file=sys.stderr)
         return 3
+    not_asked = [
+        run
+        for point in results.manifest.get("points", [])
+        for run in read_json(out / "points" / point["id"] / "manifest.json").get(
+            "not_requested", []
+        )
+    ]
+    if not_asked:  # every run asked for (--algorithms) is done: the points lack the others
+        print(not_requested_note(out, not_asked), file=sys.stderr)
     return 0
 
 
@@ -97,6 +113,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--grid", action="append", metavar="KEY=V1,V2", help="vary a key (adds to [sweep])"
     )
     sweep.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key")
+    add_algorithms_option(sweep)
     sweep.add_argument("--seeds", type=int, help="seeds 0..N-1 (default: the file's)")
     sweep.add_argument("--seed-range", metavar="A:B", help="seeds A..B-1 (a shard of a study)")
     sweep.add_argument("--out", type=Path, help="sweep folder; an existing one is resumed")

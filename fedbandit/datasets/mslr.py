@@ -209,6 +209,15 @@ def _open_binary(file: Path) -> IO[bytes]:
     return open(file, "rb")
 
 
+#: The UTF-8 byte-order mark some editors and converters put first: skipped, as the CSV readers do.
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+
+
+def _starts_with_bom(file: Path) -> bool:
+    with _open_binary(file) as handle:
+        return handle.read(len(BYTE_ORDER_MARK)) == BYTE_ORDER_MARK
+
+
 def _line_problem(tokens: list[bytes]) -> str | None:
     """What is wrong with one data line's tokens, or None."""
     try:
@@ -249,6 +258,8 @@ def _data_lines(file: Path) -> Iterator[tuple[int, list[bytes]]]:
     """(line number, tokens) of every data line: comments after '#' and blank lines skipped."""
     with _open_binary(file) as handle:
         for number, raw in enumerate(handle, start=1):
+            if number == 1:
+                raw = raw.removeprefix(BYTE_ORDER_MARK)
             tokens = raw.split(b"#", 1)[0].split()
             if tokens:
                 yield number, tokens
@@ -297,7 +308,8 @@ READ_CHUNK_BYTES = 1 << 22
 def _load_letor(file: Path) -> tuple[Any, np.ndarray, np.ndarray]:
     """scikit-learn's ``load_svmlight_file(..., query_id=True)`` over consecutive byte ranges
     (its ``offset`` / ``length``: each line is read by exactly one call); a compressed file is
-    decompressed into memory first."""
+    decompressed into memory first. A byte-order mark is skipped: the first range is read from
+    a handle past it (with ``offset`` 0 the reader starts where the handle is)."""
     from scipy import sparse
     from sklearn.datasets import load_svmlight_file
 
@@ -305,19 +317,27 @@ def _load_letor(file: Path) -> tuple[Any, np.ndarray, np.ndarray]:
     size = file.stat().st_size
     if file.suffix.lower() in (".gz", ".bz2"):
         with _open_binary(file) as handle:
-            source = io.BytesIO(handle.read())
+            source = io.BytesIO(handle.read().removeprefix(BYTE_ORDER_MARK))
         size = len(source.getbuffer())
-    parts = [
-        load_svmlight_file(
-            source,
+
+    def load_range(offset: int) -> Any:
+        if offset == 0 and isinstance(source, str) and _starts_with_bom(file):
+            with open(file, "rb") as handle:
+                handle.seek(len(BYTE_ORDER_MARK))
+                return load_range_of(handle, offset)
+        return load_range_of(source, offset)
+
+    def load_range_of(where: Any, offset: int) -> Any:
+        return load_svmlight_file(
+            where,
             n_features=NUM_FEATURES,
             zero_based=False,
             query_id=True,
             offset=offset,
             length=READ_CHUNK_BYTES,
         )
-        for offset in range(0, max(size, 1), READ_CHUNK_BYTES)
-    ]
+
+    parts = [load_range(offset) for offset in range(0, max(size, 1), READ_CHUNK_BYTES)]
     X = sparse.vstack([p[0] for p in parts], format="csr")
     return X, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts])
 

@@ -85,7 +85,7 @@ LISTED_USERS = 1000
 
 HOW = (
     "Make the files from your own copy of MovieLens-20M with `fedbandit prepare movielens20m "
-    "RAW_FOLDER OUT_FOLDER`, then pass OUT_FOLDER: `fedbandit run fed_contextual_movielens20m "
+    "RAW_FOLDER OUT_FOLDER`, then pass OUT_FOLDER: `fedbandit sweep fed_contextual_movielens20m "
     "--set instance.path=OUT_FOLDER` (the data card: `fedbandit docs movielens20m`)"
 )
 

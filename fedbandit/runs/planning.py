@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,29 @@ def default_out_dir(config: ExperimentConfig) -> Path:
 
 def config_dict(config: ExperimentConfig) -> dict[str, Any]:
     return config.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+def select_algorithms(config: ExperimentConfig, names: Sequence[str] | None) -> list[str]:
+    """The algorithms a run or a study asks for (``--algorithms``): ``names``, each once in the
+    order given, or (None) every algorithm of the experiment. A name the experiment does not
+    list is a ConfigError naming it and the experiment's algorithms."""
+    if names is None:
+        return list(config.algorithms)
+    selected = list(dict.fromkeys(name.strip() for name in names if name.strip()))
+    listed = ", ".join(config.algorithms)
+    if not selected:
+        raise ConfigError(
+            f"--algorithms names no algorithm (expected A,B,... of experiment {config.name!r}; "
+            f"its algorithms: {listed})"
+        )
+    if unknown := [name for name in selected if name not in config.algorithms]:
+        which = "algorithm" if len(unknown) == 1 else "algorithms"
+        verb = "is" if len(unknown) == 1 else "are"
+        raise ConfigError(
+            f"--algorithms: {which} {', '.join(map(repr, unknown))} {verb} not in experiment "
+            f"{config.name!r} (its algorithms: {listed})"
+        )
+    return selected
 
 
 def check_out_dir(run_dir: Path) -> None:

@@ -31,6 +31,7 @@ from fedbandit.runs.planning import (
     check_run_folder,
     preflight,
     prepare_run_folder,
+    select_algorithms,
 )
 from fedbandit.runs.progress import progress_bar
 from fedbandit.runspec import EXECUTORS, RunSpec, RuntimeOptions
@@ -48,10 +49,14 @@ def run_sweep(
     address: str | None = None,
     progress: bool = True,
     force: bool = False,
+    algorithms: Sequence[str] | None = None,
 ) -> Path:
     """Run every (point, algorithm, seed) of the sweep not yet done in ``out_dir``; write each
     point's summary and the sweep's tables (``force``: run even above the memory estimate).
-    Returns ``out_dir``."""
+    ``algorithms`` runs only those of the experiment's algorithms, as ``fedbandit run
+    --algorithms`` does: each point's folder records them as ``requested`` and is complete when
+    they are; a later sweep without them into the same folder adds the others. Returns
+    ``out_dir``."""
     if executor not in EXECUTORS:
         raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if address is not None and executor != "ray":
@@ -60,19 +65,21 @@ def run_sweep(
         require_extra("ray", extra="ray", needed_by="--executor ray")
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
+    select_algorithms(config, algorithms)  # a name the experiment lacks: said before expanding
     points = expand(config, extra_grid)
+    selected = {p.id: select_algorithms(p.config, algorithms) for p in points}
     seed_list = seeds if seeds is not None else list(range(config.seeds))
     top = max(seed_list) + 1
-    every = sum(len(p.config.algorithms) for p in points) * len(seed_list)
+    every = sum(len(selected[p.id]) for p in points) * len(seed_list)
     workers = workers or min(os.cpu_count() or 1, every)
     options = RuntimeOptions()
     prepared = []
     for point in points:
         point_config = point.config.model_copy(update={"seeds": top})
         instance = build_instance(point_config.instance)
-        preflight(point_config, instance, point_config.algorithms)
+        preflight(point_config, instance, selected[point.id])
         if executor == "local":
-            check_memory(point_config, instance, point_config.algorithms, workers, force)
+            check_memory(point_config, instance, selected[point.id], workers, force)
         prepared.append((point, point_config, instance))
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
@@ -88,13 +95,20 @@ def run_sweep(
         previous = read_json(earlier).get("seeds", []) if earlier.is_file() else []
         recorded = sorted(set(previous) | set(seed_list))
         manifest = prepare_run_folder(
-            point_config, run_dir, workers, options, instance, other_seeds=True, seeds=recorded
+            point_config,
+            run_dir,
+            workers,
+            options,
+            instance,
+            other_seeds=True,
+            seeds=recorded,
+            requested_algorithms=selected[point.id],
         )
         manifest["sweep_point"] = {"id": point.id, "values": point.values}
         atomic_write_json(run_dir / "manifest.json", manifest)
         tasks += [
             (RunSpec(experiment=point_config, algorithm=a, seed=s, options=options), run_dir)
-            for a in point_config.algorithms
+            for a in selected[point.id]
             for s in seed_list
             if not seed_done(run_dir, a, s)
         ]
