@@ -14,6 +14,7 @@ from fedbandit.config import ExperimentConfig, load_experiment
 from fedbandit.errors import ConfigError, RunStoppedError
 from fedbandit.federation.runtime import FAILURE_POLICIES
 from fedbandit.flower.internals import simulation_poll
+from fedbandit.flower.submission import StartDeadlineError
 from fedbandit.runspec import RUNTIME_NAMES, RuntimeOptions
 
 # Imported by the commands that use them, so that `fedbandit --help` stays fast: the API, the
@@ -103,7 +104,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _detach(config: ExperimentConfig, options: RuntimeOptions, args: argparse.Namespace) -> int:
     """``run --detach``: submit and return; say how to follow the run."""
-    from fedbandit.flower.submission import StartDeadlineError
     from fedbandit.results.files import read_json
     from fedbandit.runner import run_experiment
 
