@@ -314,14 +314,15 @@ def test_under_a_cpu_burner_a_deployment_finishes_or_ends_in_one_line(tmp_path):
     """8 busy loops (4 per core here) run beside a 4-node loopback deployment of ``fedpe_tiny``:
     ``fedbandit run`` either finishes, or ends in one ``fedbandit: error:`` line (exit 3) within
     its deadlines, and leaves no process. The burners are killed whatever happens."""
-    burners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-        for _ in range(8)
-    ]
     out = tmp_path / "out"
     deployment = Deployment(tmp_path)
+    burners: list[subprocess.Popen] = []
     try:
         superlink = start_loopback(deployment, ["0-24", "25-49", "50-74", "75-99"])
+        burners = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(8)
+        ]
         started = time.monotonic()
         run = subprocess.run(
             [
@@ -364,3 +365,60 @@ def test_under_a_cpu_burner_a_deployment_finishes_or_ends_in_one_line(tmp_path):
     else:
         assert read_json(out / "manifest.json")["status"] == "complete"
     assert not left_behind(tmp_path, superlink)
+
+
+class RefusingSuperLink(ScriptedSubmission):
+    """A detached run's SuperLink, listening, whose run is ``starting``: queued ``queued_ago``
+    seconds ago and launched again ``launched_ago`` seconds ago."""
+
+    def __init__(self, address: str, queued_ago: float, launched_ago: float) -> None:
+        import datetime as dt
+
+        now = dt.datetime.now(dt.UTC)
+        stamp = [
+            (now - dt.timedelta(seconds=ago)).isoformat(sep=" ").replace("+00:00", "Z")
+            for ago in (queued_ago, launched_ago)
+        ]
+        super().__init__([row("starting", stamp[1], pending_at=stamp[0])], deadline=120)
+        object.__setattr__(self, "superlink", address)
+
+    def run_status(self, env: dict[str, str], run_id: int) -> tuple[str, str]:
+        return "starting", ""
+
+
+@pytest.fixture
+def listening():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_a_detached_run_refused_past_its_deadline_is_stopped_by_pull(listening, monkeypatch):
+    """``pull`` of a detached run whose ServerApp the SuperLink refused and launched again, longer
+    ago than --start-deadline after it was queued: the run is stopped and the folder's seeds end
+    with the reason (``pull`` then exits 3). Refused but within the deadline, or only slow: left
+    as it is (exit 75)."""
+    import fedbandit.runs.detached as detached
+    from fedbandit.flower.run_log import detached_state
+
+    assert detached_state(RefusingSuperLink(listening, 100, 40), 7).refused is None
+    assert detached_state(RefusingSuperLink(listening, 300, 290), 7).refused is None  # one launch
+    submission = RefusingSuperLink(listening, 300, 200)
+    refused = detached_state(submission, 7).refused
+    assert refused is not None and refused.startswith(
+        "Flower run 7 did not start within 120 s (--start-deadline): the SuperLink launched its "
+        "ServerApp 2 times and refused each one that reported later than 30 s"
+    )
+    taken = []
+    found = ({"config": {}}, submission, 7)
+    monkeypatch.setattr(detached, "_detached_run", lambda run_dir, reach: found)
+    monkeypatch.setattr(detached, "validate_experiment", lambda config: None)
+    monkeypatch.setattr(detached, "_take_seeds", lambda *args: taken.append(args[3]))
+    detached.pull_detached(Path("unused"))
+    assert ("flwr", "stop", "7") in submission.asked
+    [state] = taken
+    assert state.status == "finished:stopped"
+    assert state.error == f"{refused}; the run was stopped"

@@ -409,7 +409,7 @@ class Submission:
         return self._stop(self.environment(), run_id, label, quiet=True)
 
 
-def _moment(text: object) -> dt.datetime | None:
+def moment(text: object) -> dt.datetime | None:
     """A time of ``flwr ls`` ("2026-12-07 21:30:01.25Z"; "N/A" when unset)."""
     try:
         return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
@@ -422,7 +422,7 @@ def relaunched(info: dict[str, object]) -> bool:
     latest launch (``starting-at``) came more than ``SERVERAPP_REPORT_SECONDS`` after the run
     was queued (``pending-at``), which only an expired claim does (Flower 1.42's SuperExec
     launches a queued run's ServerApp within its poll, a second)."""
-    queued, launched = _moment(info.get("pending-at")), _moment(info.get("starting-at"))
+    queued, launched = moment(info.get("pending-at")), moment(info.get("starting-at"))
     if queued is None or launched is None:
         return False
     return (launched - queued).total_seconds() > SERVERAPP_REPORT_SECONDS

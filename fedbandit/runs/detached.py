@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,8 @@ def detached_status(
             lines.append((label, f"failed: {state.error or 'the Flower run ended'}"))
         else:
             lines.append((label, "queued" if running else "not run"))
-    return f"Flower run {run_id}: {state.status}", lines
+    refused = f" ({state.refused}; `fedbandit pull` stops it)" if state.refused else ""
+    return f"Flower run {run_id}: {state.status}{refused}", lines
 
 
 def pull_detached(
@@ -167,6 +169,12 @@ def pull_detached(
         manifest["stopped"] = str(err)
         atomic_write_json(run_dir / "manifest.json", manifest)
         raise
+    if state.refused is not None:  # Flower would launch its ServerApp again and again
+        if not submission.stop_unstarted(recorded_id, "detached"):
+            raise AskAgainError(f"{state.refused}; `flwr stop {recorded_id}` failed: ask again")
+        state = replace(
+            state, status="finished:stopped", error=f"{state.refused}; the run was stopped"
+        )
     return _take_seeds(run_dir, manifest, config, state, plots)
 
 
