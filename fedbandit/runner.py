@@ -29,7 +29,7 @@ from fedbandit.results.files import (
 )
 from fedbandit.results.provenance import write_citations
 from fedbandit.results.summary import record_failures, summarize
-from fedbandit.runs.detached import refuse_pending_detached
+from fedbandit.runs.detached import refuse_pending_detached, wait_detached_start
 from fedbandit.runs.execution import run_tasks
 from fedbandit.runs.planning import (
     check_memory,
@@ -114,14 +114,16 @@ def run_experiment(
             say_rough_time(config, instance, tasks, workers)
     if detach and tasks:
         submission = Submission.of(options, run_dir)
+        flower_run = submit_detached(submission, tasks, run_dir)
         manifest["detached"] = {
-            "flower_run": submit_detached(submission, tasks, run_dir),
+            "flower_run": flower_run,
             "superlink": options.superlink,
             "runs": [f"{spec.algorithm}/seed_{spec.seed}" for spec in tasks],
             "submitted": dt.datetime.now().isoformat(timespec="seconds"),
         }
         record_failures(run_dir, config, manifest)
         atomic_write_json(run_dir / "manifest.json", manifest)
+        wait_detached_start(submission, flower_run, run_dir)
         return run_dir
     bar = progress_bar(len(tasks), config.name, progress)
     failed: DeploymentError | None = None

@@ -369,11 +369,11 @@ def test_a_transient_superlink_error_is_asked_again(listening, monkeypatch):
             super().__init__(superlink=listening, state_dir=Path("."), insecure=True)
             object.__setattr__(self, "answers", [locked] * failures + ["finished:completed"])
 
-        def status(self, env, run_id):
+        def run_info(self, env, run_id):
             answer = self.answers.pop(0)
             if isinstance(answer, Exception):
                 raise answer
-            return answer
+            return {"status": answer}
 
     assert Flaky(submission.STATUS_RETRIES)._status_or_lost({}, 7, "x") == "finished:completed"
     with pytest.raises(DeploymentError, match="database is locked"):

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from fedbandit.cli.deploy import ASK_AGAIN
 from fedbandit.cli.options import (
     add_algorithms_option,
     add_experiments_option,
@@ -18,6 +19,7 @@ from fedbandit.config import ExperimentConfig, load_experiment
 from fedbandit.errors import ConfigError, RunStoppedError
 from fedbandit.federation.runtime import FAILURE_POLICIES
 from fedbandit.flower.internals import simulation_poll
+from fedbandit.flower.submission import StartDeadlineError
 from fedbandit.runspec import RUNTIME_NAMES, RuntimeOptions
 
 # Imported by the commands that use them, so that `fedbandit --help` stays fast: the API, the
@@ -104,16 +106,20 @@ def _detach(config: ExperimentConfig, options: RuntimeOptions, args: argparse.Na
     from fedbandit.results.files import read_json
     from fedbandit.runner import run_experiment
 
-    run_dir = run_experiment(
-        config,
-        Path(args.out),
-        args.workers,
-        not args.quiet,
-        options,
-        algorithm_names(args.algorithms),
-        force=args.force,
-        detach=True,
-    )
+    try:
+        run_dir = run_experiment(
+            config,
+            Path(args.out),
+            args.workers,
+            not args.quiet,
+            options,
+            algorithm_names(args.algorithms),
+            force=args.force,
+            detach=True,
+        )
+    except StartDeadlineError as err:  # submitted and recorded, but its ServerApp never started
+        print(f"fedbandit: error: {err}", file=sys.stderr)
+        return ASK_AGAIN if err.may_start else 3
     detached = read_json(run_dir / "manifest.json").get("detached")
     if detached is None:
         print(f"fedbandit: nothing to submit: every run of {run_dir} is done")
@@ -163,7 +169,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--round-timeout", type=float, default=120.0, help="seconds per round")
     run.add_argument(
-        "--start-deadline", type=float, default=120.0, help="seconds to wait for the nodes"
+        "--start-deadline",
+        type=float,
+        default=120.0,
+        help="flower: seconds a run's ServerApp may take to start (then the run is stopped: "
+        "exit 3; with --detach, exit 75 while it may still start), then seconds to wait for the "
+        "nodes",
     )
     run.add_argument(
         "--run-timeout", type=float, default=3600.0, help="seconds per seed on a deployment"

@@ -5,6 +5,7 @@ record (``detached_state``); ``AskAgainError`` when the SuperLink cannot answer 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from dataclasses import dataclass
@@ -13,7 +14,15 @@ from fedbandit.errors import DeploymentError
 from fedbandit.flower.processes import unreachable
 from fedbandit.flower.result_log import decode_all, read_progress
 from fedbandit.flower.run_record import split_record
-from fedbandit.flower.submission import ERROR_MARK, LOG_WAIT_SECONDS, Submission, UnknownRunError
+from fedbandit.flower.submission import (
+    ERROR_MARK,
+    LOG_WAIT_SECONDS,
+    Submission,
+    UnknownRunError,
+    moment,
+    relaunched,
+    why_not_started,
+)
 
 #: Seconds a finished run's log may take to arrive (it holds every seed's files).
 FINISHED_LOG_WAIT_SECONDS = 120.0
@@ -43,6 +52,32 @@ class DetachedState:
     #: Why an emission of result files in the log could not be read (skipped).
     broken: list[str]
     record: dict[str, object] | None = None
+    #: Why a run that has not started yet will not start by itself: the SuperLink refused its
+    #: ServerApp and launched another (``relaunched``), past its ``--start-deadline``.
+    refused: str | None = None
+
+
+def _refused(submission: Submission, env: dict[str, str], run_id: int) -> str | None:
+    """For a run whose ServerApp has not started: why it will not start by itself, once the
+    SuperLink has refused a ServerApp of it and launched another (Flower 1.42 goes on doing so
+    without limit) and ``submission.start_deadline`` has passed since it was queued; else None."""
+    try:
+        info = submission.run_info(env, run_id)
+    except DeploymentError:
+        return None  # asked again at the next pull
+    queued = moment(info.get("pending-at"))
+    if str(info.get("status")) != "starting" or not relaunched(info) or queued is None:
+        return None
+    waited = (dt.datetime.now(dt.UTC) - queued).total_seconds()
+    if waited < submission.start_deadline:
+        return None
+    details = str(info.get("status-details") or "")
+    launches = [str(info.get("pending-at")), str(info.get("starting-at"))]
+    why = why_not_started("starting", launches, details)
+    return (
+        f"Flower run {run_id} did not start within {submission.start_deadline:g} s "
+        f"(--start-deadline): {why}"
+    )
 
 
 def detached_state(submission: Submission, run_id: int) -> DetachedState:
@@ -65,8 +100,9 @@ def detached_state(submission: Submission, run_id: int) -> DetachedState:
             f"the SuperLink at {submission.superlink} did not say how Flower run {run_id} "
             f"stands ({err}); ask again"
         ) from None
-    if not status.startswith(("running", "finished")):
-        return DetachedState(status, {}, {}, None, [])  # queued: its log is still empty
+    if not status.startswith(("running", "finished")):  # queued: its log is still empty
+        refused = _refused(submission, env, run_id) if status == "starting" else None
+        return DetachedState(status, {}, {}, None, [], refused=refused)
     finished = status.startswith("finished")
     wait = FINISHED_LOG_WAIT_SECONDS if finished else RUNNING_LOG_WAIT_SECONDS
     deadline = time.monotonic() + LOG_WAIT_SECONDS

@@ -13,6 +13,7 @@ Errors: ``flwr`` failures, an unreachable SuperLink, a refused or failed run rai
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -43,6 +44,14 @@ STATUS_RETRIES = 3
 RETRY_SECONDS = 1.0
 #: Seconds the driver keeps asking for a finished run's log until its result files are there.
 LOG_WAIT_SECONDS = 15.0
+#: Seconds between the lines that say a run is still waiting for its ServerApp to start.
+START_REPORT_SECONDS = 30.0
+#: Seconds Flower 1.42 gives a ServerApp from its launch to its first report: the SuperLink's
+#: claim of the run's task lives ``HEARTBEAT_DEFAULT_INTERVAL`` (``flwr.common.constant``, read
+#: by ``claim_task`` in ``flwr.supercore.corestate``, no setting). A ServerApp that reports later
+#: is refused ("Runtime task-token authentication failed") and the task goes back to pending,
+#: so the SuperExec launches another ServerApp, with no limit.
+SERVERAPP_REPORT_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,8 @@ class Submission:
     run_timeout: float = 3600.0
     #: Seconds between ``flwr ls`` status checks (each starts a ``flwr`` process).
     status_seconds: float = 5.0
+    #: Seconds a submitted run's ServerApp may take to start (``--start-deadline``).
+    start_deadline: float = 120.0
 
     def environment(self) -> dict[str, str]:
         env = flower_environment(self.state_dir)
@@ -115,11 +126,14 @@ class Submission:
 
         Raises ``DeploymentError`` when the run fails: with the ServerApp's one-line message for a
         foreseen error (a line marked ``ERROR_MARK`` in its log), else the end of its log;
-        ``SuperLinkLostError`` when the SuperLink stays unreachable. Stops the run (``flwr
-        stop``) and says so when interrupted (Ctrl-C, SIGTERM) or past ``run_timeout``."""
+        ``StartDeadlineError`` when its ServerApp has not started within ``start_deadline``
+        (``wait_started``); ``SuperLinkLostError`` when the SuperLink stays unreachable. Stops
+        the run (``flwr stop``) and says so when interrupted (Ctrl-C, SIGTERM), past
+        ``start_deadline`` before its ServerApp started, or past ``run_timeout``."""
         env = self.environment()
         deadline = time.monotonic() + self.run_timeout
         try:
+            self.wait_started(env, run_id, label)
             while True:
                 next_check = time.monotonic() + self.status_seconds
                 while time.monotonic() < next_check:
@@ -136,6 +150,17 @@ class Submission:
                     )
         except SuperLinkLostError:
             raise
+        except StartDeadlineError as err:
+            stopped = self._stop(env, run_id, label, quiet=True)
+            raise StartDeadlineError(
+                f"{err}; "
+                + (
+                    "the run was stopped: rerun with the same --out to resume"
+                    if stopped
+                    else f"`flwr stop {run_id}` failed, the run may still start"
+                ),
+                may_start=not stopped,
+            ) from None
         except BaseException:
             self._stop(env, run_id, label)
             raise
@@ -150,6 +175,57 @@ class Submission:
                 f"Flower run {run_id} ({label}) ended {status!r}; end of its log:\n{tail}"
             )
 
+    def wait_started(
+        self,
+        env: dict[str, str],
+        run_id: int,
+        label: str,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        """Wait until the run's ServerApp has started (Flower status "running", or "finished"),
+        asking ``flwr ls`` every ``status_seconds`` and saying on standard error every
+        ``START_REPORT_SECONDS`` that it still waits, and what for.
+
+        Past ``start_deadline``: ``StartDeadlineError`` in one line naming why (never launched,
+        launched and not reported yet, or launched again and again because the SuperLink refused
+        every ServerApp that reported late) and what the SuperLink says of the run. Its
+        ``may_start`` is False once the SuperLink has given up on a ServerApp (Flower launches
+        another without limit: the caller must stop the run), else True."""
+        clock = clock or time.monotonic
+        sleep = sleep or time.sleep
+        started = clock()
+        launches: list[str] = []
+        next_report = started + START_REPORT_SECONDS
+        while True:
+            info = self._info_or_lost(env, run_id, label)
+            status = str(info.get("status", ""))
+            if status.startswith(("running", "finished")):
+                return
+            starting_at = str(info.get("starting-at") or "")
+            if status == "starting" and starting_at not in ("", "N/A", *launches):
+                launches.append(starting_at)
+                if len(launches) == 1 and relaunched(info):  # one given up before we looked
+                    launches.insert(0, str(info.get("pending-at")))
+            waited = clock() - started
+            if waited >= self.start_deadline:
+                why = why_not_started(status, launches, str(info.get("status-details") or ""))
+                raise StartDeadlineError(
+                    f"Flower run {run_id} ({label}) did not start within "
+                    f"{self.start_deadline:g} s (--start-deadline): {why}",
+                    may_start=len(launches) < 2,
+                )
+            if clock() >= next_report:
+                print(
+                    f"fedbandit: Flower run {run_id} ({label}) waits for its ServerApp "
+                    f"({waited:.0f} s of {self.start_deadline:g} s): "
+                    f"{why_not_started(status, launches, '')}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                next_report += START_REPORT_SECONDS
+            sleep(max(0.0, min(self.status_seconds, started + self.start_deadline - clock())))
+
     @classmethod
     def of(cls, options: RuntimeOptions, run_dir: Path) -> Submission:
         """The submission of a run folder's seeds: Flower's state in ``run_dir/flower``."""
@@ -161,6 +237,7 @@ class Submission:
             insecure=options.insecure,
             root_certificates=options.root_certificates,
             run_timeout=options.run_timeout,
+            start_deadline=options.start_deadline,
         )
 
     def submit(self, run_config: dict[str, object], label: str, app_dir: Path = APP_DIR) -> int:
@@ -199,15 +276,20 @@ class Submission:
         )
 
     def _status_or_lost(self, env: dict[str, str], run_id: int, label: str) -> str:
-        """The run's status; ``SuperLinkLostError`` when the SuperLink stays unreachable for
-        ``UNREACHABLE_GRACE_SECONDS`` (a restart within that time is waited for). A reachable
-        SuperLink that fails to answer is asked again ``STATUS_RETRIES`` times, with back-off,
-        before its error counts (a run must not be given up for one locked database)."""
+        """The run's status, as ``_info_or_lost``."""
+        return str(self._info_or_lost(env, run_id, label)["status"])
+
+    def _info_or_lost(self, env: dict[str, str], run_id: int, label: str) -> dict[str, object]:
+        """The run's row in ``flwr ls``; ``SuperLinkLostError`` when the SuperLink stays
+        unreachable for ``UNREACHABLE_GRACE_SECONDS`` (a restart within that time is waited
+        for). A reachable SuperLink that fails to answer is asked again ``STATUS_RETRIES`` times,
+        with back-off, before its error counts (a run must not be given up for one locked
+        database)."""
         lost_since: float | None = None
         failures = 0
         while True:
             try:
-                return self.status(env, run_id)
+                return self.run_info(env, run_id)
             except DeploymentError as err:
                 why = unreachable(self.superlink)
                 if why is None:
@@ -249,6 +331,12 @@ class Submission:
 
     def run_status(self, env: dict[str, str], run_id: int) -> tuple[str, str]:
         """The run's Flower status and its details (why a run failed, as the SuperLink says)."""
+        info = self.run_info(env, run_id)
+        return str(info["status"]), str(info.get("status-details") or "")
+
+    def run_info(self, env: dict[str, str], run_id: int) -> dict[str, object]:
+        """The run's row in ``flwr ls --format json`` (``status``, ``status-details``,
+        ``starting-at``, ...)."""
         reply = json.loads(
             self.flwr(env, "ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
         )
@@ -258,7 +346,7 @@ class Submission:
                 f"the SuperLink at {self.superlink} does not know Flower run {run_id} (was it "
                 "restarted without its --state-dir?)"
             )
-        return str(runs[0]["status"]), str(runs[0].get("status-details") or "")
+        return dict(runs[0])
 
     def log_tail(self, env: dict[str, str], run_id: int, lines: int = 40) -> str:
         try:
@@ -300,16 +388,79 @@ class Submission:
                 )
             time.sleep(1.0)
 
-    def _stop(self, env: dict[str, str], run_id: int, label: str) -> None:
-        """``flwr stop`` the run; says on standard error whether it was stopped."""
+    def _stop(self, env: dict[str, str], run_id: int, label: str, quiet: bool = False) -> bool:
+        """``flwr stop`` the run; whether it was stopped, also said on standard error unless
+        ``quiet``."""
         try:
             self.flwr(env, "stop", str(run_id), CONNECTION, timeout=60)
         except DeploymentError as err:
-            print(
-                f"fedbandit: could not stop Flower run {run_id} ({label}): {err}", file=sys.stderr
-            )
-        else:
+            if not quiet:
+                print(
+                    f"fedbandit: could not stop Flower run {run_id} ({label}): {err}",
+                    file=sys.stderr,
+                )
+            return False
+        if not quiet:
             print(f"fedbandit: stopped Flower run {run_id} ({label})", file=sys.stderr)
+        return True
+
+    def stop_unstarted(self, run_id: int, label: str) -> bool:
+        """``flwr stop`` a run whose ServerApp never started (quietly); whether it stopped."""
+        return self._stop(self.environment(), run_id, label, quiet=True)
+
+
+def moment(text: object) -> dt.datetime | None:
+    """A time of ``flwr ls`` ("2026-12-07 21:30:01.25Z"; "N/A" when unset)."""
+    try:
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def relaunched(info: dict[str, object]) -> bool:
+    """Whether the SuperLink has given up on a ServerApp of this run and launched another: its
+    latest launch (``starting-at``) came more than ``SERVERAPP_REPORT_SECONDS`` after the run
+    was queued (``pending-at``), which only an expired claim does (Flower 1.42's SuperExec
+    launches a queued run's ServerApp within its poll, a second)."""
+    queued, launched = moment(info.get("pending-at")), moment(info.get("starting-at"))
+    if queued is None or launched is None:
+        return False
+    return (launched - queued).total_seconds() > SERVERAPP_REPORT_SECONDS
+
+
+def why_not_started(status: str, launches: list[str], details: str) -> str:
+    """Why a run's ServerApp has not started, from its Flower status and the distinct times the
+    SuperLink launched a ServerApp for it (``starting-at`` in ``flwr ls``, which changes on each
+    launch), with the SuperLink's own words on the run."""
+    details = "" if details == "N/A" else details
+    said = f"SuperLink: status {status!r}" + (f", {details!r}" if details else "")
+    if len(launches) >= 2:
+        return (
+            f"the SuperLink launched its ServerApp {len(launches)} times and refused each one "
+            f"that reported later than {SERVERAPP_REPORT_SECONDS} s after its launch (Flower "
+            "1.42: 'Runtime task-token authentication failed', then it launches another); the "
+            f"SuperLink's host is too loaded to start a ServerApp in time ({said}, last launch "
+            f"at {launches[-1]})"
+        )
+    if launches:
+        return (
+            f"its ServerApp, launched at {launches[0]}, has not reported to the SuperLink yet "
+            f"(a loaded SuperLink host starts it slowly; {said})"
+        )
+    return (
+        "the SuperLink has not launched its ServerApp (its SuperExec has not taken the run; "
+        f"{said})"
+    )
+
+
+class StartDeadlineError(DeploymentError):
+    """A submitted run's ServerApp did not start within ``--start-deadline``. ``may_start``:
+    the run was left as it was and may still start (a slow start); False once the SuperLink
+    refused a ServerApp and launched another (it would go on doing so: the run is stopped)."""
+
+    def __init__(self, message: str, may_start: bool) -> None:
+        super().__init__(message)
+        self.may_start = may_start
 
 
 class UnknownRunError(DeploymentError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError, DeploymentError
 from fedbandit.flower.job import job_from_json
 from fedbandit.flower.run_log import AskAgainError, DetachedState, detached_state
-from fedbandit.flower.submission import Submission, UnknownRunError
+from fedbandit.flower.submission import StartDeadlineError, Submission, UnknownRunError
 from fedbandit.registry import build_instance
 from fedbandit.results.files import (
     atomic_write_json,
@@ -40,6 +41,41 @@ def refuse_pending_detached(run_dir: Path, manifest: dict[str, Any]) -> None:
             f"pulled: `fedbandit pull {run_dir}` until it is complete (a run that ended without "
             "every seed can then be resumed with this --out), or choose another --out"
         )
+
+
+def wait_detached_start(submission: Submission, run_id: int, run_dir: Path) -> None:
+    """After ``run --detach`` has submitted Flower run ``run_id`` and recorded it in
+    ``run_dir``'s manifest: wait, saying so now and then, until its ServerApp has started
+    (``Submission.wait_started``, at most ``--start-deadline``). ``StartDeadlineError`` past
+    it: with ``may_start`` (a slow start, the run left as it is) ``pull`` follows it as any
+    detached run; without (the SuperLink refused a ServerApp that reported late and launches
+    another, without limit) the run is stopped and the manifest says why (``stopped``), so
+    that the folder may be rerun."""
+    try:
+        submission.wait_started(submission.environment(), run_id, "detached")
+    except StartDeadlineError as err:
+        if err.may_start:
+            raise StartDeadlineError(
+                f"{err}; it may still start: `fedbandit pull {run_dir}` follows it (exit 75 "
+                "while it goes on)",
+                may_start=True,
+            ) from None
+        if not submission.stop_unstarted(run_id, "detached"):
+            raise StartDeadlineError(
+                f"{err}; `flwr stop {run_id}` failed, the run may still start: `fedbandit pull "
+                f"{run_dir}` follows it",
+                may_start=True,
+            ) from None
+        manifest_path = Path(run_dir) / "manifest.json"
+        manifest = read_json(manifest_path)
+        manifest["stopped"] = f"{err}; the run was stopped"
+        manifest["detached"]["flower_status"] = "finished:stopped"
+        atomic_write_json(manifest_path, manifest)
+        raise StartDeadlineError(
+            f"{manifest['stopped']}: rerun with the same --out when the SuperLink's host is less "
+            "loaded",
+            may_start=False,
+        ) from None
 
 
 def _detached_run(
@@ -98,7 +134,8 @@ def detached_status(
             lines.append((label, f"failed: {state.error or 'the Flower run ended'}"))
         else:
             lines.append((label, "queued" if running else "not run"))
-    return f"Flower run {run_id}: {state.status}", lines
+    refused = f" ({state.refused}; `fedbandit pull` stops it)" if state.refused else ""
+    return f"Flower run {run_id}: {state.status}{refused}", lines
 
 
 def pull_detached(
@@ -132,6 +169,12 @@ def pull_detached(
         manifest["stopped"] = str(err)
         atomic_write_json(run_dir / "manifest.json", manifest)
         raise
+    if state.refused is not None:  # Flower would launch its ServerApp again and again
+        if not submission.stop_unstarted(recorded_id, "detached"):
+            raise AskAgainError(f"{state.refused}; `flwr stop {recorded_id}` failed: ask again")
+        state = replace(
+            state, status="finished:stopped", error=f"{state.refused}; the run was stopped"
+        )
     return _take_seeds(run_dir, manifest, config, state, plots)
 
 
