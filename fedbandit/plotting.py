@@ -282,7 +282,7 @@ def plot_authors_communication(
     algorithm: the ``authors_comm_cost`` column of its record (its authors' ``totalCommCost``, by
     the rule in the seed's ``report``), the whole run's, not per client, as the authors' scripts
     plot it. Of ``algorithms`` (default: those in the frame), those whose rows carry no such count
-    are named in the corner ("no authors' count"), as are those that sent nothing or whose count
+    are named under the legend ("no authors' count"), as are those that sent nothing or whose count
     stays 0 ("no communication"). A curve starts at its first count (before it the count is 0);
     log axes where the values allow, as in fedbandit's units. The units differ between authors
     (Async-LinUCB's code counts messages, the others scalars)."""
@@ -316,8 +316,8 @@ def plot_authors_communication(
         if _positive_span(ax, "y"):
             ax.set_yscale("log")
         _legend_outside(ax)
-    if notes:
-        ax.text(0.02, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize="small", va="bottom")
+    if notes:  # beside the axes, under the legend: clear of the curves
+        ax.text(1.02, 0.0, "\n".join(notes), transform=ax.transAxes, fontsize="small", va="bottom")
     ax.set_xlabel("t (pulls per client)")
     ax.set_ylabel("cumulative communication, authors' units\n(their totalCommCost, all clients)")
     ax.grid(ls="--", alpha=0.5)
