@@ -202,6 +202,7 @@ def test_files_from_before_the_column_are_read_and_a_falling_column_is_refused(
     frame = pd.read_csv(old)
     frame.drop(columns="authors_comm_cost").to_csv(old, index=False)  # as written before
     results = fedbandit.load_results(folder)
+    assert pd.api.types.is_numeric_dtype(results.communication["authors_comm_cost"])
     async_rows = results.communication[results.communication.algorithm == "async_linucb"]
     assert async_rows[async_rows.seed == 0]["authors_comm_cost"].isna().all()
     assert async_rows[async_rows.seed == 1]["authors_comm_cost"].notna().all()

@@ -194,7 +194,7 @@ def load_results(run_dir: str | Path) -> Results:
         config=config,
         manifest=manifest,
         curves=_frame(curves, curve_columns),
-        communication=_frame(communication, comm_columns),
+        communication=_numeric(_frame(communication, comm_columns), AUTHORS_COLUMN),
         summary=pd.DataFrame(rows),
         run_dir=run_dir,
     )
@@ -242,6 +242,14 @@ def _read_table(path: Path, columns: list[str], cumulative: tuple[str, ...] = ()
             )
         if not counts.is_monotonic_increasing:
             raise DataError(f"{path}: the {column} column falls (a hand-edited file?)")
+    return frame
+
+
+def _numeric(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """``frame`` with ``column``, where it has it, as numbers (NaN in the rows of files without
+    it; an empty file leaves it as text)."""
+    if column in frame:
+        frame[column] = pd.to_numeric(frame[column])
     return frame
 
 
