@@ -659,6 +659,9 @@ def test_results_report_reward_random_reward_and_their_ratio(files, tmp_path):
     table = summary_table(summary)
     shown = f"{summary['dislinucb']['authors_comm_cost']:,.0f}"
     assert "authors' units: totalCommCost of the authors' code" in table
+    assert table.splitlines()[-1].endswith(
+        "fedbandit plot --comm-units authors on the results folder"
+    )
     assert f"dislinucb {shown}" in table and "fedigw " not in table.splitlines()[-1]
     assert "misses" in summary["units"]["final_regret"]
     curve = pd.read_csv(out / "runs" / "dislinucb" / "seed_0.regret.csv")
