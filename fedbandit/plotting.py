@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+#: The communication record's column of the authors' cumulative count, in their units
+#: (``ServerLogic.authors_comm_cost``), in the files of the algorithms whose authors count one.
+AUTHORS_COLUMN = "authors_comm_cost"
+#: Units of the communication plot: fedbandit's scalars per client, or the authors' count.
+COMM_UNITS = ("fedbandit", "authors")
+
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (7, 4.5)) -> Axes:
     if ax is not None:
@@ -211,11 +217,20 @@ def plot_communication_frame(
     ax: Axes | None = None,
     directions: tuple[str, ...] = ("uplink", "downlink"),
     algorithms: list[str] | None = None,
+    units: str = "fedbandit",
 ) -> Axes:
     """Cumulative scalars per client against t from a long frame (algorithm, seed, round,
     direction, t, scalars), for the first seed of each algorithm: uplink solid, downlink dashed.
     Algorithms that exchange nothing (of ``algorithms``, default: those in the frame) are named
-    in the corner."""
+    in the corner.
+
+    ``units="authors"``: instead, the authors' cumulative count of the whole run, up and down
+    together, in their units (the ``authors_comm_cost`` column; ``plot_authors_communication``);
+    ``directions`` is then not used."""
+    if units not in COMM_UNITS:
+        raise ValueError(f"units must be one of {', '.join(COMM_UNITS)}, got {units!r}")
+    if units == "authors":
+        return plot_authors_communication(communication, ax, algorithms)
     ax = _axes(ax)
     drawn_any: set[str] = set()
     styles = {"uplink": "-", "downlink": "--"}
@@ -256,6 +271,55 @@ def plot_communication_frame(
     ax.set_xlabel("t (pulls per client)")
     which = directions[0] if len(directions) == 1 else "uplink (solid) / downlink (dashed)"
     ax.set_ylabel(f"cumulative {which} scalars per client")
+    ax.grid(ls="--", alpha=0.5)
+    return ax
+
+
+def plot_authors_communication(
+    communication: pd.DataFrame, ax: Axes | None = None, algorithms: list[str] | None = None
+) -> Axes:
+    """The authors' cumulative communication count against t, for the first seed of each
+    algorithm: the ``authors_comm_cost`` column of its record (its authors' ``totalCommCost``, by
+    the rule in the seed's ``report``), the whole run's, not per client, as the authors' scripts
+    plot it. Of ``algorithms`` (default: those in the frame), those whose rows carry no such count
+    are named under the legend ("no authors' count"), as are those that sent nothing or whose count
+    stays 0 ("no communication"). A curve starts at its first count (before it the count is 0);
+    log axes where the values allow, as in fedbandit's units. The units differ between authors
+    (Async-LinUCB's code counts messages, the others scalars)."""
+    ax = _axes(ax)
+    listed = algorithms if algorithms is not None else communication.algorithm.unique().tolist()
+    drawn: set[str] = set()
+    uncounted: set[str] = set()
+    for algorithm, frame in communication.groupby("algorithm", sort=False):
+        frame = frame[frame.seed == frame.seed.min()]
+        if AUTHORS_COLUMN not in frame or frame[AUTHORS_COLUMN].isna().all():
+            uncounted.add(str(algorithm))
+            continue
+        total = frame[AUTHORS_COLUMN].to_numpy(dtype=float)
+        counted = total > 0  # from the first count on: a log axis shows the rest
+        if not counted.any():
+            continue
+        t = frame["t"].to_numpy()[counted]
+        ax.step(t, total[counted], where="post", marker=".", label=str(algorithm))
+        drawn.add(str(algorithm))
+    notes = [
+        f"{why}: " + ", ".join(names)
+        for why, names in (
+            ("no authors' count", [str(a) for a in listed if str(a) in uncounted]),
+            ("no communication", [str(a) for a in listed if str(a) not in drawn | uncounted]),
+        )
+        if names
+    ]
+    if ax.lines:
+        if _positive_span(ax, "x"):
+            ax.set_xscale("log")
+        if _positive_span(ax, "y"):
+            ax.set_yscale("log")
+        _legend_outside(ax)
+    if notes:  # beside the axes, under the legend: clear of the curves
+        ax.text(1.02, 0.0, "\n".join(notes), transform=ax.transAxes, fontsize="small", va="bottom")
+    ax.set_xlabel("t (pulls per client)")
+    ax.set_ylabel("cumulative communication, authors' units\n(their totalCommCost, all clients)")
     ax.grid(ls="--", alpha=0.5)
     return ax
 

@@ -412,6 +412,10 @@ def test_dislinucb_gives_the_authors_rewards_and_communication(tmp_path, width):
     # the authors' units, counted by our server (``report``): the script's totalCommCost exactly
     assert result.report["authors_comm_cost"] == authors_total > up + down
     assert "lib/DisLinUCB.py" in result.report["authors_comm_cost_rule"]
+    # ... and as a series: the script's running totalCommCost after each sync, in order
+    series = result.communication["authors_comm_cost"]
+    running = np.cumsum([2 * size * len(known) for _, known, _ in syncs]).tolist()
+    assert sorted(set(series) - {0}) == running and series.iloc[-1] == authors_total
 
 
 def test_the_dislinucb_comparison_fails_on_a_changed_rule(tmp_path):
@@ -593,6 +597,7 @@ def test_fedglb_ucb_gives_the_authors_rewards_syncs_and_agd_iterations(
     # the authors' units, counted by our server (``report``): the code's totalCommCost exactly
     assert outcome.report["authors_comm_cost"] == authors_total
     assert "lib/FedGLB_UCB.py" in outcome.report["authors_comm_cost_rule"]
+    assert outcome.ledger.frame()["authors_comm_cost"].iloc[-1] == authors_total  # the series
     assert len(syncs) >= 5 and max(iterations) > 5 and 10 < sum(rewards) < T
     if (
         fidelity == "authors_code"
@@ -655,6 +660,9 @@ def test_results_report_reward_random_reward_and_their_ratio(files, tmp_path):
     table = summary_table(summary)
     shown = f"{summary['dislinucb']['authors_comm_cost']:,.0f}"
     assert "authors' units: totalCommCost of the authors' code" in table
+    assert table.splitlines()[-1].endswith(
+        "fedbandit plot --comm-units authors on the results folder"
+    )
     assert f"dislinucb {shown}" in table and "fedigw " not in table.splitlines()[-1]
     assert "misses" in summary["units"]["final_regret"]
     curve = pd.read_csv(out / "runs" / "dislinucb" / "seed_0.regret.csv")

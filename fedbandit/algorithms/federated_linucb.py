@@ -452,9 +452,17 @@ class FederatedRidgeServerBase(ServerLogic):
         """The authors' ``totalCommCost`` of the run (``authors_comm_cost``, counted by the
         protocol as ``authors_rule`` says), for one shared model: the authors' code has no
         counterpart with several."""
-        if self.authors_rule is None or self.gram.shape[0] != 1:
+        count = self.authors_comm_cost()
+        if count is None or self.authors_rule is None:
             return {}
-        return {"authors_comm_cost": self.authors_comm, "authors_comm_cost_rule": self.authors_rule}
+        return {"authors_comm_cost": count, "authors_comm_cost_rule": self.authors_rule}
+
+    def authors_comm_cost(self) -> int | None:
+        """The authors' ``totalCommCost`` so far (``authors_rule``); None without a rule or with
+        several models."""
+        if self.authors_rule is None or self.gram.shape[0] != 1:
+            return None
+        return self.authors_comm
 
     def configure(self) -> Message | None:
         ids = self.clients

@@ -815,13 +815,17 @@ class FedGLBServer(ServerLogic):
         return {
             "global_updates": self.global_updates,
             "agd_iterations": self.agd_iterations,
-            "authors_comm_cost": self.authors_comm,
+            "authors_comm_cost": self.authors_comm_cost(),
             "authors_comm_cost_rule": "cyrilli/FedGLB-UCB lib/FedGLB_UCB.py: (d^2 + 1)(m - 1) "
             "per collect, 2 d (m - 1)(AGD gradients - 1), (d^2 + d + 1) m per download unless "
             "the trigger came from the client created last; m the clients in the federation"
             if not isinstance(self.params, OnsGLMParams)
             else "cyrilli/FedGLB-UCB: 0 without global updates (lib/N_ONS_GLM.py never syncs)",
         }
+
+    def authors_comm_cost(self) -> int:
+        """The authors' ``totalCommCost`` so far, by the rule of ``report`` (0 for ``ons_glm``)."""
+        return self.authors_comm
 
 
 def _fedglb_client(spec: ProblemSpec, params: FedGLBParams, env: Any, sync: bool) -> FedGLBClient:

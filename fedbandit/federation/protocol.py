@@ -80,6 +80,14 @@ class ServerLogic(ABC):
         values its clients clipped. Called once, after the last round; empty by default."""
         return {}
 
+    def authors_comm_cost(self) -> int | None:
+        """The communication of the run so far counted as the algorithm's authors count it in
+        their code (their ``totalCommCost``, in their units), or None (the default) when their
+        code counts none. ``run_federation`` asks after every ``aggregate`` and writes the
+        cumulative count beside each row of the communication record (the ``authors_comm_cost``
+        column of ``seed_K.comm.csv``); ``report`` should give its final value."""
+        return None
+
     def drop_clients(self, client_ids: np.ndarray) -> None:
         """Stop addressing ``client_ids`` for the rest of the run (``on_client_failure="drop"``).
 

@@ -96,12 +96,24 @@ class CommunicationLedger:
     only what was exchanged is counted: the downlink to every addressed client (it was sent) and
     the uplink of the replies that arrived and were accepted (none when nobody answered: then the
     round has a downlink row only).
+
+    With ``authors`` (a server that counts its authors' communication,
+    ``ServerLogic.authors_comm_cost``) every row also has ``authors_comm_cost``: that count,
+    cumulative, after the server aggregated the row's exchange (``count_authors``), so the last
+    row holds the run's total. A count that grows in an exchange that left no row shows from the
+    next row on (at the end of a run: on the last row).
     """
 
     rows: list[dict[str, float | int | str]] = field(default_factory=list)
     bookkeeping_fields: frozenset[str] = frozenset()
     #: The last round's ``t`` (NaN before any reply reported its pulls).
     last_t: float = float("nan")
+    #: Whether rows carry the authors' cumulative count (``authors_comm_cost``).
+    authors: bool = False
+    #: The authors' count after the last aggregated exchange.
+    authors_count: int = 0
+    #: Where the rows of the last recorded exchange begin.
+    exchange_start: int = 0
 
     def record(
         self,
@@ -122,6 +134,7 @@ class CommunicationLedger:
                 "scalars": int(scalars.sum()),
                 "bytes": num_bytes,
                 "bookkeeping_scalars": flags,
+                **({"authors_comm_cost": self.authors_count} if self.authors else {}),
             }
         )
 
@@ -134,10 +147,20 @@ class CommunicationLedger:
         pulls_mean = self.last_t
         down = message.tally(self.bookkeeping_fields)
         up = reply.tally(self.bookkeeping_fields) if reply is not None else None
+        self.exchange_start = len(self.rows)
         if down[0].any() or (up is not None and up[0].any()):
             self.record(message, "downlink", pulls_mean, down)
             if reply is not None:
                 self.record(reply, "uplink", pulls_mean, up)
+
+    def count_authors(self, count: int | None) -> None:
+        """The server's authors' count (``ServerLogic.authors_comm_cost``) after it aggregated
+        the last recorded exchange: the value of that exchange's rows and of later rows."""
+        if not self.authors or count is None:
+            return
+        self.authors_count = int(count)
+        for row in self.rows[self.exchange_start :]:
+            row["authors_comm_cost"] = self.authors_count
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd  # only where results are written: clients never need it
@@ -152,7 +175,12 @@ class CommunicationLedger:
             "bytes",
             "bookkeeping_scalars",
         ]
-        return pd.DataFrame(self.rows, columns=columns)
+        if not self.authors:
+            return pd.DataFrame(self.rows, columns=columns)
+        frame = pd.DataFrame(self.rows, columns=[*columns, "authors_comm_cost"])
+        if len(frame):  # a count grown in exchanges that left no row: on the last row
+            frame.loc[frame.index[-1], "authors_comm_cost"] = self.authors_count
+        return frame
 
     def totals(self) -> dict[str, int]:
         """Sums per direction; ``rounds``, the exchanges in which any message carried data;
@@ -358,7 +386,12 @@ def run_federation(
         raise ValueError(f"on_client_failure must be one of {allowed}, got {on_client_failure!r}")
     if on_client_failure == "drop":
         _check_failure_support(server, runtime)
-    ledger = CommunicationLedger(bookkeeping_fields=server.bookkeeping_fields())
+    authors = server.authors_comm_cost()
+    ledger = CommunicationLedger(
+        bookkeeping_fields=server.bookkeeping_fields(),
+        authors=authors is not None,
+        authors_count=authors or 0,
+    )
     failures: list[str] = []
     dropped: dict[int, int] = {}
     status, next_round = "complete", 0
@@ -378,6 +411,7 @@ def run_federation(
             dropped.update(dict.fromkeys(failure.lost_clients.tolist(), message.round))
             if survivors is not None:
                 server.aggregate(survivors)
+                ledger.count_authors(server.authors_comm_cost())
             continue
         if not np.array_equal(answered.client_ids, message.client_ids):
             raise RuntimeError(
@@ -385,6 +419,7 @@ def run_federation(
             )
         ledger.record_exchange(message, answered)
         server.aggregate(answered)
+        ledger.count_authors(server.authors_comm_cost())
     records: list[RegretRecord] = []
     lost_at_end: set[int] = set()
     while True:

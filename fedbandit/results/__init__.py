@@ -12,12 +12,15 @@ Layout of ``results/NAME/<timestamp>/``::
     manifest.json                versions, git commit, seeds, instance facts, status
     runs/ALGO/seed_K.regret.csv  t, regret: mean per-client cumulative regret R(t)/M (a replay
                                  of logged events adds reward: the cumulative reward, all clients)
-    runs/ALGO/seed_K.comm.csv    round, kind, direction, t, messages, scalars, bytes
+    runs/ALGO/seed_K.comm.csv    round, kind, direction, t, messages, scalars, bytes,
+                                 bookkeeping_scalars (and authors_comm_cost: the authors'
+                                 totalCommCost so far, where their code counts one)
     runs/ALGO/seed_K.clients.csv client_id, regret, pulls (at the horizon)
     runs/ALGO/seed_K.json        totals and timing; written last: marks the seed done
     summary.json                 per algorithm: final regret, CI, communication, checkpoints,
                                  R(T)/R(T/2) averaged over seeds
-    plots/regret.png, plots/communication.png (and plots/reward.png for a replay)
+    plots/regret.png, plots/communication.png (and plots/reward.png for a replay;
+                                 plots/communication_authors.png when asked for)
 
 Every file is written to a temporary name and renamed, so a file is whole or absent.
 

@@ -12,6 +12,8 @@ import pandas as pd
 from fedbandit.config import ExperimentConfig, validate_experiment
 from fedbandit.errors import ConfigError, DataError
 from fedbandit.plotting import (
+    AUTHORS_COLUMN,
+    COMM_UNITS,
     plot_communication_frame,
     plot_regret_curves,
     plot_reward_curves,
@@ -43,7 +45,9 @@ class Results:
       misses).
     - ``communication``: one row per (algorithm, seed, round, direction): ``kind``, ``t``
       (pulls per client when the round happened), ``messages``, ``scalars``, ``bytes`` (whole
-      run, all clients).
+      run, all clients), and ``authors_comm_cost`` when an algorithm's authors count their own
+      communication (their ``totalCommCost``, cumulative, in their units; NaN in the rows of
+      the other algorithms).
     - ``summary``: one row per algorithm, the columns of ``summary.json``.
     Only seeds that finished (status complete) are included; ``manifest["status"]`` says whether
     every run asked for is done (a run limited to some algorithms is complete when those are;
@@ -117,13 +121,17 @@ class Results:
             return None, None
         return MISSES_LABEL, "t (events replayed)"
 
-    def plot_communication(self, ax: Axes | None = None) -> Axes:
-        """Cumulative uplink (solid) and downlink (dashed) scalars per client against t."""
+    def plot_communication(self, ax: Axes | None = None, units: str = "fedbandit") -> Axes:
+        """Cumulative uplink (solid) and downlink (dashed) scalars per client against t; with
+        ``units="authors"``, the authors' cumulative count of the whole run in their units
+        (``plot_authors_communication``; a ConfigError when no algorithm of the run has one)."""
+        check_comm_units(self, units)
         return plot_communication_frame(
             self.communication,
             int(self.manifest["instance"]["num_clients"]),
             ax=ax,
             algorithms=self.config.algorithms,
+            units=units,
         )
 
     def _title(self) -> str:
@@ -167,7 +175,9 @@ def load_results(run_dir: str | Path) -> Results:
             curve = _read_table(stem.with_suffix(".regret.csv"), ["t", "regret"])
             curves.append(curve.assign(algorithm=algorithm, seed=seed))
             comm = _read_table(
-                stem.with_suffix(".comm.csv"), ["round", "direction", "t", "scalars"]
+                stem.with_suffix(".comm.csv"),
+                ["round", "direction", "t", "scalars"],
+                cumulative=(AUTHORS_COLUMN,),
             )
             communication.append(comm.assign(algorithm=algorithm, seed=seed))
     curve_columns = ["algorithm", "seed", "t", "regret"]
@@ -184,15 +194,34 @@ def load_results(run_dir: str | Path) -> Results:
         config=config,
         manifest=manifest,
         curves=_frame(curves, curve_columns),
-        communication=_frame(communication, comm_columns),
+        communication=_numeric(_frame(communication, comm_columns), AUTHORS_COLUMN),
         summary=pd.DataFrame(rows),
         run_dir=run_dir,
     )
 
 
-def _read_table(path: Path, columns: list[str]) -> pd.DataFrame:
-    """A result CSV with ``columns`` of finite numbers (``direction`` aside); a DataError naming
-    the file otherwise (a hand-edited or truncated file)."""
+def check_comm_units(results: Results, units: str) -> None:
+    """A ConfigError unless ``units`` is one of ``COMM_UNITS`` and, for ``"authors"``, some
+    algorithm of ``results`` counts its communication in its authors' units."""
+    if units not in COMM_UNITS:
+        raise ConfigError(
+            f"communication units must be one of {', '.join(COMM_UNITS)}, got {units!r}"
+        )
+    if units == "authors" and AUTHORS_COLUMN not in results.communication:
+        where = results.run_dir if results.run_dir is not None else results.config.name
+        raise ConfigError(
+            f"{where}: no algorithm of this run ({', '.join(results.config.algorithms)}) counts "
+            f"communication in its authors' units (the {AUTHORS_COLUMN} column of "
+            "seed_K.comm.csv, written by the servers of dislinucb, async_linucb, fedglb_ucb and "
+            "ons_glm); plot it in fedbandit's units"
+        )
+
+
+def _read_table(path: Path, columns: list[str], cumulative: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A result CSV with ``columns`` of finite numbers (``direction`` aside) and, of the
+    ``cumulative`` columns, those it has (files written before a column existed lack it) of
+    numbers that never fall; a DataError naming the file otherwise (a hand-edited or truncated
+    file)."""
     try:
         frame = pd.read_csv(path)
     except (OSError, ValueError) as err:  # pandas' parser errors are ValueErrors
@@ -205,6 +234,22 @@ def _read_table(path: Path, columns: list[str]) -> pd.DataFrame:
         raise DataError(f"{path}: non-numeric values in {numeric} (a hand-edited file?)")
     if "t" in frame and len(frame) and not frame["t"].is_monotonic_increasing:
         raise DataError(f"{path}: the t column is not increasing (a hand-edited file?)")
+    for column in (c for c in cumulative if c in frame.columns):
+        counts = pd.to_numeric(frame[column], errors="coerce")
+        if counts.isna().any():
+            raise DataError(
+                f"{path}: missing or non-numeric values in {column} (a hand-edited file?)"
+            )
+        if not counts.is_monotonic_increasing:
+            raise DataError(f"{path}: the {column} column falls (a hand-edited file?)")
+    return frame
+
+
+def _numeric(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """``frame`` with ``column``, where it has it, as numbers (NaN in the rows of files without
+    it; an empty file leaves it as text)."""
+    if column in frame:
+        frame[column] = pd.to_numeric(frame[column])
     return frame
 
 
@@ -232,14 +277,18 @@ def plot_regret(
     )
 
 
-def plot_run(run_dir: Path, log_x: bool | None = None) -> list[Path]:
+def plot_run(run_dir: Path, log_x: bool | None = None, comm_units: str = "fedbandit") -> list[Path]:
     """Write plots/regret.png and plots/communication.png (and plots/regret_over_log_t.png when
     the experiment's ``[plot]`` asks, plots/reward.png for a replay of logged events: the
-    cumulative reward and its ratio to uniform random choice) from the folder's files alone."""
+    cumulative reward and its ratio to uniform random choice) from the folder's files alone.
+    With ``comm_units="authors"`` the communication plot is plots/communication_authors.png
+    instead: the authors' cumulative count in their units (``plot_authors_communication``; a
+    ConfigError when no algorithm of the run has one)."""
     from matplotlib.figure import Figure  # matplotlib loads in a fifth of a second: when drawing
 
     run_dir = Path(run_dir)
     results = load_results(run_dir)
+    check_comm_units(results, comm_units)
     if log_x is None:
         log_x = results.config.plot.log_x
     out = run_dir / "plots"
@@ -257,12 +306,24 @@ def plot_run(run_dir: Path, log_x: bool | None = None) -> list[Path]:
         xlabel=xlabel,
     )
     paths.append(save_figure(figure, out / "regret.png"))
-    figure = Figure(figsize=(11, 4.2))
-    for ax, direction in zip(figure.subplots(1, 2), ("uplink", "downlink"), strict=True):
+    if comm_units == "authors":
+        figure = Figure(figsize=(8, 4.5))
         plot_communication_frame(
-            results.communication, num_clients, ax, (direction,), results.config.algorithms
+            results.communication,
+            num_clients,
+            figure.gca(),
+            algorithms=results.config.algorithms,
+            units="authors",
         )
-    paths.append(save_figure(figure, out / "communication.png"))
+        figure.gca().set_title(results._title(), fontsize="medium")
+        paths.append(save_figure(figure, out / "communication_authors.png"))
+    else:
+        figure = Figure(figsize=(11, 4.2))
+        for ax, direction in zip(figure.subplots(1, 2), ("uplink", "downlink"), strict=True):
+            plot_communication_frame(
+                results.communication, num_clients, ax, (direction,), results.config.algorithms
+            )
+        paths.append(save_figure(figure, out / "communication.png"))
     if results.config.plot.regret_over_log_t:
         figure = Figure(figsize=(7, 4.5))
         plot_regret_curves(

@@ -100,7 +100,9 @@ def summary_table(summary: dict[str, Any]) -> str:
     if authors:
         lines.append(
             "authors' units: totalCommCost of the authors' code, by its rule "
-            "(authors_comm_cost_rule in summary.json): " + "; ".join(authors)
+            "(authors_comm_cost_rule in summary.json): "
+            + "; ".join(authors)
+            + "; over time: fedbandit plot --comm-units authors on the results folder"
         )
     if private:
         lines.append(
