@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 from fedbandit.flower.internals import superexec_main
 from fedbandit.flower.internals.superexec_main import TaskProcesses
@@ -67,3 +68,16 @@ def test_flowers_executor_launches_reaps_and_stops_through_them(monkeypatch):
     assert tasks.live == [running] and state(finished.pid) == ""
     executor.close()
     assert tasks.live == [] and running.returncode == -15
+
+
+def test_a_flower_module_starts_this_superexec_instead_of_flowers():
+    module = ModuleType("flower_module")
+    module.subprocess = subprocess  # type: ignore[attr-defined]
+    superexec_main.start_superexec_as_ours(module)
+    ours = module.subprocess.Popen(["flower-superexec", "--version"], stdout=subprocess.PIPE)
+    other = module.subprocess.Popen([sys.executable, "-c", "pass"])
+    output, _ = ours.communicate(timeout=120)
+    assert ours.args[:3] == [sys.executable, "-m", superexec_main.MODULE]
+    assert ours.args[3:] == ["--version"] and ours.returncode == 0
+    assert b"Flower version" in output
+    assert other.wait(timeout=60) == 0 and other.args == [sys.executable, "-c", "pass"]

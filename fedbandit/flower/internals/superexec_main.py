@@ -16,15 +16,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from fedbandit.flower.internals import require_flower
 
 #: Seconds a task process has to end after SIGTERM before it gets SIGKILL.
 STOP_GRACE_SECONDS = 3.0
-#: The module whose process starts this entry point replaces ``flower-superexec`` with.
+#: This entry point, which replaces Flower's ``SUPEREXEC_COMMAND``.
 MODULE = "fedbandit.flower.internals.superexec_main"
+SUPEREXEC_COMMAND = "flower-superexec"
 
 
 class TaskProcesses:
@@ -71,11 +72,7 @@ def install(tasks: TaskProcesses) -> None:
             "flwr.supercore.superexec.executor.subprocess_executor is not as fedbandit expects "
             "(Flower upgraded?): run plain flower-superexec instead"
         )
-    names = {
-        name: getattr(subprocess, name) for name in dir(subprocess) if not name.startswith("__")
-    }
-    names["Popen"] = tasks.popen
-    subprocess_executor.subprocess = SimpleNamespace(**names)  # type: ignore[assignment]
+    subprocess_executor.subprocess = _subprocess_with(tasks.popen)  # type: ignore[assignment]
     reconcile, close = executor.reconcile, executor.close
 
     def reconcile_and_reap(self: Any) -> None:
@@ -88,6 +85,30 @@ def install(tasks: TaskProcesses) -> None:
 
     executor.reconcile = reconcile_and_reap  # type: ignore[method-assign]
     executor.close = close_and_stop  # type: ignore[method-assign]
+
+
+def start_superexec_as_ours(module: ModuleType) -> None:
+    """Make ``module`` (a Flower module that starts ``flower-superexec`` with
+    ``subprocess.Popen``) start this entry point instead, with the same arguments."""
+    if getattr(module, "subprocess", None) is not subprocess:
+        raise RuntimeError(
+            f"{module.__name__} no longer starts processes as fedbandit expects (Flower "
+            "upgraded?): run plain Flower instead"
+        )
+
+    def popen(command: Any, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        if isinstance(command, list) and command[:1] == [SUPEREXEC_COMMAND]:
+            command = [sys.executable, "-m", MODULE, *command[1:]]
+        return subprocess.Popen(command, *args, **kwargs)
+
+    module.subprocess = _subprocess_with(popen)  # type: ignore[attr-defined]
+
+
+def _subprocess_with(popen: Any) -> SimpleNamespace:
+    """A stand-in for the ``subprocess`` module whose ``Popen`` is ``popen``."""
+    names = {name: getattr(subprocess, name) for name in dir(subprocess) if name[:2] != "__"}
+    names["Popen"] = popen
+    return SimpleNamespace(**names)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,11 +17,10 @@ from typing import Any
 
 from fedbandit.flower.internals import require_flower
 from fedbandit.flower.internals.superexec_main import MODULE as SUPEREXEC_MODULE
+from fedbandit.flower.internals.superexec_main import SUPEREXEC_COMMAND
 
 #: The module of Flower's SuperLink command (the package exports a function of the same name).
 FLOWER_MODULE = "flwr.superlink.cli.flower_superlink"
-#: The command Flower starts the SuperExec with.
-SUPEREXEC_COMMAND = "flower-superexec"
 
 
 def install() -> None:
