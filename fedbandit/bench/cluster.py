@@ -148,9 +148,10 @@ class Cluster:
         return names
 
     def stop(self, names: Iterable[str]) -> None:
-        """SIGTERM each process group and every descendant (a SuperLink's ServerApp runs in a
-        session of its own; a SuperNode leaves the federation on SIGTERM), SIGKILL what is left
-        after 10 s; waits for the processes to end."""
+        """SIGTERM each process group and every descendant (a SuperLink's SuperExec stops its
+        ServerApps; the descendants also cover processes that left the group; a SuperNode leaves
+        the federation on SIGTERM), SIGKILL what is left after 10 s; waits for the processes to
+        end."""
         names = list(names)
         self.alive -= set(names)
         chosen = [self.processes[name] for name in names]

@@ -12,6 +12,7 @@ from fedbandit.flower.certs import add_cli as add_keys_command
 from fedbandit.flower.processes import (
     DEFAULT_SUPERLINK_PORT,
     DEFAULT_SUPERNODE_PORT,
+    SUPERLINK_LAUNCHER,
     ServerTls,
     flower_environment,
     parse_client_range,
@@ -110,6 +111,8 @@ def _cmd_superlink(args: argparse.Namespace) -> int:
     extra = {}
     if args.results_dir is not None:  # the ServerApp, a child of the SuperLink, inherits it
         extra[SERVER_RESULTS_VARIABLE] = str(args.results_dir.resolve())
+    if not args.print_command:  # Flower's SuperLink, with a SuperExec that stops its ServerApps
+        command = [*SUPERLINK_LAUNCHER, *command[1:]]
     return _exec_flower(command, args.state_dir, args.print_command, extra)
 
 

@@ -39,6 +39,10 @@ DEFAULT_SUPERLINK_PORT = 9092
 DEFAULT_SUPERNODE_PORT = 9094
 #: Name of the SuperLink connection written to ``$FLWR_HOME/config.toml`` for ``flwr`` commands.
 CONNECTION = "fedbandit"
+#: What ``fedbandit superlink`` runs instead of ``flower-superlink`` (same arguments): Flower's
+#: SuperLink with its SuperExec in the SuperLink's process group, reaping finished ServerApps
+#: and stopping running ones when it stops (``fedbandit.flower.internals.superlink_main``).
+SUPERLINK_LAUNCHER = (sys.executable, "-m", "fedbandit.flower.internals.superlink_main")
 #: How often a SuperNode's SuperExec looks for a new ClientApp to start (Flower's default: 1 s).
 TASK_POLL_SECONDS = "0.1"
 

@@ -5,6 +5,9 @@ public API (``flwr.app``, ``flwr.clientapp``, ``flwr.serverapp``, ``flwr.simulat
 
 - ``supernode_main``: ``flower-supernode`` with a short idle poll, optionally next to
 - ``warm_executor``: one long-lived process that runs every ClientApp task of a SuperNode;
+- ``superlink_main``: ``flower-superlink`` with its SuperExec in its process group, as
+- ``superexec_main``: a SuperExec that reaps its finished task processes and stops the running
+  ones when it stops;
 - ``pull_backoff``: short waits for a message's objects in the SuperNode and the ServerApp;
 - ``server_error_retry``: the SuperNode and the ServerApp retry a SuperLink's HTTP 500;
 - ``object_push``: tells a ServerApp push whose objects the SuperLink lost, to send it again;

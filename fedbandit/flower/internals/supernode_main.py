@@ -17,6 +17,10 @@ message.
 The child is stopped when the SuperNode exits (from Flower's exit handlers, and again when this
 launcher returns), and stops itself if this process dies.
 
+Without ``--warm-executor`` Flower's SuperNode starts its SuperExec, which starts a ClientApp
+process per message, as ``fedbandit.flower.internals.superexec_main``: finished ClientApps are
+reaped at once and running ones stopped with the SuperExec.
+
 It also shortens the SuperNode's wait for the objects of a message it saw before they finished
 uploading (``fedbandit.flower.internals.pull_backoff``: 0.02 s doubling to 0.2 s instead of 1 s
 to 10 s), and retries a SuperLink's HTTP 500 ("database is locked" under load) before giving
@@ -37,6 +41,7 @@ from fedbandit.flower.internals import (
     require_flower,
     seconds_setting,
     server_error_retry,
+    superexec_main,
 )
 
 #: Seconds between a SuperNode's polls of the SuperLink when it is idle.
@@ -163,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
                 max_time=object_wait,
             )
         server_error_retry.install_supernode()
+        if executor is None:  # Flower's SuperExec starts the ClientApps: one that reaps them
+            from flwr.supernode import start_client_internal
+
+            superexec_main.start_superexec_as_ours(start_client_internal)
         from flwr.supernode.cli import flower_supernode
 
         sys.argv = ["flower-supernode", *flower_args]
