@@ -199,11 +199,13 @@ def error_lines(stderr: str) -> list[str]:
 
 @pytest.mark.slow
 def test_serverapps_that_start_too_slowly_end_the_seed_in_one_line(tmp_path):
-    """Every ServerApp of the deployment sleeps 45 s before it reports (as on an overloaded host):
-    the SuperLink refuses each (Flower's 30 s) and launches another. ``fedbandit run`` says it is
-    waiting, stops the run at its 50 s start deadline, ends in one line naming the refusals (exit
-    3), and the stopped run is launched no more. Nothing is left running."""
+    """Every ServerApp of the deployment sleeps 45 s before it reports (as on an overloaded host),
+    and the SuperLink keeps Flower's own 30 s for a first report
+    (``FEDBANDIT_SERVERAPP_START_WINDOW=30``): it refuses each and launches another. ``fedbandit
+    run`` says it is waiting, stops the run at its 50 s start deadline, ends in one line naming
+    the refusals (exit 3), and the stopped run is launched no more. Nothing is left running."""
     environment = {
+        "FEDBANDIT_SERVERAPP_START_WINDOW": "30",
         "FEDBANDIT_TEST_SERVERAPP_DELAY": "45",
         "PYTHONPATH": os.pathsep.join(
             filter(None, [str(HERE / "serverapp_delay"), os.environ.get("PYTHONPATH")])
@@ -263,6 +265,64 @@ def test_serverapps_that_start_too_slowly_end_the_seed_in_one_line(tmp_path):
     manifest = read_json(out / "manifest.json")
     assert manifest["status"] == "incomplete" and "did not start within" in manifest["stopped"]
     assert not left_behind(tmp_path, superlink)
+
+
+@pytest.mark.slow
+def test_a_serverapp_that_reports_after_flowers_30_s_is_not_refused(tmp_path):
+    """The same 45 s-late ServerApps on a SuperLink started by ``fedbandit superlink`` with its
+    default window for a first report (300 s): the first launch is accepted, the run ends with
+    exit 0, and the SuperLink refused no token."""
+    environment = {
+        "FEDBANDIT_TEST_SERVERAPP_DELAY": "45",
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(HERE / "serverapp_delay"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+    out = tmp_path / "out"
+    deployment = Deployment(tmp_path)
+    try:
+        superlink = start_slowly(deployment, ["0-1", "2-3"], link_env=environment)
+        run = subprocess.run(
+            [
+                *FEDBANDIT,
+                "run",
+                "fedpe_tiny",
+                *TINY,
+                "--set",
+                'algorithms=["fedpe"]',
+                "--runtime",
+                "flower",
+                "--superlink",
+                superlink,
+                "--insecure",
+                "--out",
+                str(out),
+                "--start-deadline",
+                "150",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+    finally:
+        deployment.close()
+    assert run.returncode == 0, run.stderr + deployment.logs()
+    assert "authentication failed" not in deployment.log("superlink")
+    assert read_json(out / "manifest.json")["status"] == "complete"
+    assert not left_behind(tmp_path, superlink)
+
+
+def test_a_wrong_serverapp_start_window_is_one_line_before_the_superlink_starts(
+    monkeypatch, capsys
+):
+    from fedbandit.flower.internals import superlink_main
+
+    monkeypatch.setenv(superlink_main.STARTUP_WINDOW_ENV, "10")
+    monkeypatch.setattr(superlink_main, "install", lambda: pytest.fail("started"))
+    assert superlink_main.main(["--insecure"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "fedbandit: FEDBANDIT_SERVERAPP_START_WINDOW must be seconds in [30, 3600], got '10'"
+    ]
 
 
 @pytest.mark.slow
