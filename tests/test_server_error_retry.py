@@ -213,9 +213,6 @@ def test_a_reply_whose_upload_was_lost_is_asked_again_not_a_lost_node(tmp_path):
     logs = run.stderr + deployment.logs()
     assert run.returncode == 0, logs
     assert deployment.log("superlink").count("store fault:") == 2, logs
-    # the first copies stayed incomplete: the nodes gave up on them and took the copies sent again
-    given_up = sum(deployment.log(f"node{i}").count("Failed to receive message") for i in range(2))
-    assert given_up >= 1, logs
     kept = sum(
         deployment.log(f"node{i}").count("asked again: sending the kept answer") for i in range(2)
     )
@@ -243,3 +240,5 @@ def test_a_push_of_the_serverapp_that_the_superlink_lost_is_sent_again(tmp_path)
     logs = run.stderr + deployment.logs()
     assert run.returncode == 0, logs
     assert deployment.log("superlink").count("store fault:") == 2, logs
+    # both faults hit the ServerApp's pushes: before, the first ended the ServerApp (Flower exit
+    # 201) and the run (exit 3); a first copy left incomplete is given up by its node after 5 s

@@ -74,7 +74,10 @@ def lengthen_startup_window(seconds: float) -> None:
     from flwr.supercore.corestate import sql_corestate as flower_sql
 
     InMemoryCoreState, SqlCoreState = flower_memory.InMemoryCoreState, flower_sql.SqlCoreState
-    needed = {flower_sql: ("TaskModel", "uint64_to_int64", "now"), flower_memory: ("now",)}
+    needed = {
+        flower_sql: ("TaskModel", "uint64_to_int64", "now", "update"),
+        flower_memory: ("now",),
+    }
     if any(not hasattr(module, name) for module, names in needed.items() for name in names):
         raise RuntimeError(
             "Flower's task state is not as fedbandit expects (Flower upgraded?): run plain "
@@ -83,14 +86,12 @@ def lengthen_startup_window(seconds: float) -> None:
     sql_claim, memory_claim = SqlCoreState.claim_task, InMemoryCoreState.claim_task
 
     def claim_sql(self: Any, task_id: int) -> str | None:
-        from sqlalchemy import update
-
         token = sql_claim(self, task_id)
         if token is not None:
             model = flower_sql.TaskModel
             with self.session() as session:
                 session.execute(
-                    update(model)
+                    flower_sql.update(model)
                     .where(
                         model.task_id == flower_sql.uint64_to_int64(task_id),
                         model.token == token,
