@@ -23,7 +23,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 export MPLBACKEND := Agg
 
-.PHONY: venv experiment test test-slow test-all bench lint list docs docs-serve dist clean
+.PHONY: venv experiment test test-slow test-heavy test-all bench lint list docs docs-serve dist clean
 
 venv: $(STAMP)
 
@@ -56,7 +56,11 @@ test: $(PLUGIN_STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests $(PLUGIN)/tests
 
 test-slow: $(PLUGIN_STAMP)
-	$(BIN)/python -m pytest -q -m slow --durations=20 tests $(PLUGIN)/tests
+	$(BIN)/python -m pytest -q -m 'slow and not heavy' --durations=20 tests $(PLUGIN)/tests
+
+# Deployment scenarios under a CPU burner or repeated faults: minutes each, outside CI's budget.
+test-heavy: $(PLUGIN_STAMP)
+	$(BIN)/python -m pytest -q -m heavy --durations=20 tests
 
 test-all: $(PLUGIN_STAMP)
 	$(BIN)/python -m pytest -q -m 'slow or not slow' tests $(PLUGIN)/tests

@@ -76,7 +76,7 @@ def run_secure(tmp_path: Path, superlink: str, policy: str) -> subprocess.Comple
     return subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
 
 
-@pytest.mark.parametrize("mode", ["kill", "error"])
+@pytest.mark.parametrize("mode", [pytest.param("kill", marks=pytest.mark.heavy), "error"])
 def test_a_node_lost_in_the_key_set_up_leaves_the_survivors_sum_under_drop(
     deployment, tmp_path, mode
 ):
@@ -126,6 +126,7 @@ def test_a_node_lost_in_the_key_set_up_leaves_the_survivors_sum_under_drop(
     np.testing.assert_allclose(clients["regret"], plain.regret.client_regret, rtol=1e-12)
 
 
+@pytest.mark.heavy
 def test_a_node_lost_in_the_key_set_up_stops_the_seed_under_abort(deployment, tmp_path):
     """The same loss under ``abort``: exit 3, one line naming the lost node's clients, the seed
     aborted with the survivors' regret kept (short of the horizon)."""

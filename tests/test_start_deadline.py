@@ -326,6 +326,7 @@ def test_a_wrong_serverapp_start_window_is_one_line_before_the_superlink_starts(
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_detached_run_whose_serverapp_is_slow_exits_75_and_pull_follows_it(tmp_path):
     """``run --detach`` waits for the ServerApp to start; one still in its first launch at the
     deadline (it may yet start) ends the command in one line with exit 75, the run recorded and
@@ -392,6 +393,7 @@ def test_a_detached_run_whose_serverapp_is_slow_exits_75_and_pull_follows_it(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_under_a_cpu_burner_a_deployment_finishes_or_ends_in_one_line(tmp_path):
     """8 busy loops (4 per core here) run beside a 4-node loopback deployment of ``fedpe_tiny``:
     ``fedbandit run`` either finishes, or ends in one ``fedbandit: error:`` line (exit 3) within
