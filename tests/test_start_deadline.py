@@ -197,6 +197,29 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("fedbandit: error:")]
 
 
+def late_serverapps(seconds: int, **more: str) -> dict[str, str]:
+    """A SuperLink environment whose ServerApps sleep ``seconds`` before they load
+    (``tests/serverapp_delay``), with ``more`` variables."""
+    return {
+        **more,
+        "FEDBANDIT_TEST_SERVERAPP_DELAY": str(seconds),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(HERE / "serverapp_delay"), os.environ.get("PYTHONPATH")])
+        ),
+    }
+
+
+def run_tiny(
+    superlink: str, out: Path, *options: str, timeout: float
+) -> subprocess.CompletedProcess:
+    """``fedbandit run`` of a tiny Fed-PE seed on ``superlink`` into ``out``."""
+    command = [
+        *FEDBANDIT, "run", "fedpe_tiny", *TINY, "--set", 'algorithms=["fedpe"]',
+        "--runtime", "flower", "--superlink", superlink, "--insecure", "--out", str(out), *options,
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.slow
 def test_serverapps_that_start_too_slowly_end_the_seed_in_one_line(tmp_path):
     """Every ServerApp of the deployment sleeps 45 s before it reports (as on an overloaded host),
@@ -204,39 +227,12 @@ def test_serverapps_that_start_too_slowly_end_the_seed_in_one_line(tmp_path):
     (``FEDBANDIT_SERVERAPP_START_WINDOW=30``): it refuses each and launches another. ``fedbandit
     run`` says it is waiting, stops the run at its 50 s start deadline, ends in one line naming
     the refusals (exit 3), and the stopped run is launched no more. Nothing is left running."""
-    environment = {
-        "FEDBANDIT_SERVERAPP_START_WINDOW": "30",
-        "FEDBANDIT_TEST_SERVERAPP_DELAY": "45",
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(HERE / "serverapp_delay"), os.environ.get("PYTHONPATH")])
-        ),
-    }
+    environment = late_serverapps(45, FEDBANDIT_SERVERAPP_START_WINDOW="30")
     out = tmp_path / "out"
     deployment = Deployment(tmp_path)
     try:
         superlink = start_slowly(deployment, ["0-1", "2-3"], link_env=environment)
-        run = subprocess.run(
-            [
-                *FEDBANDIT,
-                "run",
-                "fedpe_tiny",
-                *TINY,
-                "--set",
-                'algorithms=["fedpe"]',
-                "--runtime",
-                "flower",
-                "--superlink",
-                superlink,
-                "--insecure",
-                "--out",
-                str(out),
-                "--start-deadline",
-                "50",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
+        run = run_tiny(superlink, out, "--start-deadline", "50", timeout=240)
         found = re.search(r"Flower run (\d+) \(", run.stderr)
         submission = Submission(superlink, tmp_path / "flwr-check", insecure=True)
         status = (
@@ -272,38 +268,11 @@ def test_a_serverapp_that_reports_after_flowers_30_s_is_not_refused(tmp_path):
     """The same 45 s-late ServerApps on a SuperLink started by ``fedbandit superlink`` with its
     default window for a first report (300 s): the first launch is accepted, the run ends with
     exit 0, and the SuperLink refused no token."""
-    environment = {
-        "FEDBANDIT_TEST_SERVERAPP_DELAY": "45",
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(HERE / "serverapp_delay"), os.environ.get("PYTHONPATH")])
-        ),
-    }
     out = tmp_path / "out"
     deployment = Deployment(tmp_path)
     try:
-        superlink = start_slowly(deployment, ["0-1", "2-3"], link_env=environment)
-        run = subprocess.run(
-            [
-                *FEDBANDIT,
-                "run",
-                "fedpe_tiny",
-                *TINY,
-                "--set",
-                'algorithms=["fedpe"]',
-                "--runtime",
-                "flower",
-                "--superlink",
-                superlink,
-                "--insecure",
-                "--out",
-                str(out),
-                "--start-deadline",
-                "150",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
+        superlink = start_slowly(deployment, ["0-1", "2-3"], link_env=late_serverapps(45))
+        run = run_tiny(superlink, out, "--start-deadline", "150", timeout=400)
     finally:
         deployment.close()
     assert run.returncode == 0, run.stderr + deployment.logs()
@@ -334,12 +303,7 @@ def test_a_detached_run_whose_serverapp_is_slow_exits_75_and_pull_follows_it(tmp
     SuperLink refused the ServerApp and launched another (on a loaded machine the 25 s of sleep
     and Flower's loading can pass 30 s), until it stops the run (exit 3). The deadline is also the
     ServerApp's wait for the nodes' hello, which took more than 8 s at load 32."""
-    environment = {
-        "FEDBANDIT_TEST_SERVERAPP_DELAY": "25",
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(HERE / "serverapp_delay"), os.environ.get("PYTHONPATH")])
-        ),
-    }
+    environment = late_serverapps(25)
     out = tmp_path / "out"
     deployment = Deployment(tmp_path)
     try:
