@@ -253,12 +253,7 @@ def plot_communication_frame(
             drawn_any.add(str(algorithm))
     listed = algorithms if algorithms is not None else communication.algorithm.unique().tolist()
     silent = [str(a) for a in listed if str(a) not in drawn_any]
-    if ax.lines:
-        if _positive_span(ax, "x"):
-            ax.set_xscale("log")
-        if _positive_span(ax, "y"):
-            ax.set_yscale("log")
-        _legend_outside(ax)
+    _log_axes_and_legend(ax)
     if silent:
         ax.text(
             0.02,
@@ -310,12 +305,7 @@ def plot_authors_communication(
         )
         if names
     ]
-    if ax.lines:
-        if _positive_span(ax, "x"):
-            ax.set_xscale("log")
-        if _positive_span(ax, "y"):
-            ax.set_yscale("log")
-        _legend_outside(ax)
+    _log_axes_and_legend(ax)
     if notes:  # beside the axes, under the legend: clear of the curves
         ax.text(1.02, 0.0, "\n".join(notes), transform=ax.transAxes, fontsize="small", va="bottom")
     ax.set_xlabel("t (pulls per client)")
@@ -425,6 +415,16 @@ def plot_sweep_tradeoff(
     if ax.lines:
         _legend_outside(ax)
     return ax
+
+
+def _log_axes_and_legend(ax: Axes) -> None:
+    """Logarithmic axes where the drawn values span positive decades, and the legend outside."""
+    if ax.lines:
+        if _positive_span(ax, "x"):
+            ax.set_xscale("log")
+        if _positive_span(ax, "y"):
+            ax.set_yscale("log")
+        _legend_outside(ax)
 
 
 def _decades(ax: Axes, axis: str) -> float:
