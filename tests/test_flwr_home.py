@@ -40,13 +40,15 @@ def _starts_flwr(call: ast.Call) -> bool:
     )
 
 
-def _env_argument(call: ast.Call) -> ast.expr | None:
-    """The environment a call passes: its ``env=``, else (a call of a function that takes the
-    environment first) its first argument."""
+def _env_argument(call: ast.Call, env_index: dict[str, int] | None = None) -> ast.expr | None:
+    """The environment a call passes: its ``env=``, else the argument at the called function's
+    ``env`` parameter (``env_index``: function name -> position, ``self`` left out), else its
+    first argument."""
     keyword = next((k.value for k in call.keywords if k.arg == "env"), None)
     if keyword is not None or _starts_flwr(call):
         return keyword
-    return call.args[0] if call.args else None
+    index = (env_index or {}).get(_name(call.func), 0)
+    return call.args[index] if len(call.args) > index else None
 
 
 def flwr_calls_without_our_home(sources: dict[str, str]) -> list[str]:
@@ -58,6 +60,11 @@ def flwr_calls_without_our_home(sources: dict[str, str]) -> list[str]:
     ``env`` parameter of such a passing function (whose callers are checked in turn)."""
     trees = {where: ast.parse(source) for where, source in sources.items()}
     functions = [f for tree in trees.values() for f in _functions(tree)]
+    env_index = {
+        f.name: [a.arg for a in f.args.args if a.arg != "self"].index("env")
+        for f in functions
+        if "env" in {a.arg for a in f.args.args}
+    }
 
     def passes_env_on(function: ast.FunctionDef | ast.AsyncFunctionDef, names: set[str]) -> bool:
         if "env" not in {arg.arg for arg in function.args.args}:
@@ -65,7 +72,7 @@ def flwr_calls_without_our_home(sources: dict[str, str]) -> list[str]:
         return any(
             isinstance(call, ast.Call)
             and (_starts_flwr(call) or _name(call.func) in names)
-            and isinstance(env := _env_argument(call), ast.Name)
+            and isinstance(env := _env_argument(call, env_index), ast.Name)
             and env.id == "env"
             for call in ast.walk(function)
         )
@@ -92,7 +99,7 @@ def flwr_calls_without_our_home(sources: dict[str, str]) -> list[str]:
                     _starts_flwr(call) or _name(call.func) in forwarding
                 ):
                     continue
-                env = _env_argument(call)
+                env = _env_argument(call, env_index)
                 ours = (isinstance(env, ast.Call) and _name(env.func) in ENVIRONMENT_MAKERS) or (
                     isinstance(env, ast.Name) and env.id in made
                 )
