@@ -95,8 +95,9 @@ def test_a_refused_serverapp_ends_the_wait_at_the_deadline_in_one_line(capsys):
     assert "\n" not in message
     assert message.startswith(
         "Flower run 7 (fedpe-seed0) did not start within 90 s (--start-deadline): the SuperLink "
-        "launched its ServerApp 3 times and refused each one that reported later than 30 s "
-        "after its launch (Flower 1.42: 'Runtime task-token authentication failed'"
+        "launched its ServerApp 3 times and refused each one that reported after its window "
+        "(Flower 1.42: 'Runtime task-token authentication failed', then it launches another; "
+        "the window is 30 s with flower-superlink, 300 s with fedbandit superlink"
     )
     assert "SuperLink: status 'starting', last launch at 2026-12-07 10:01:03.000Z" in message
     assert not caught.value.may_start
@@ -460,7 +461,7 @@ def test_a_detached_run_refused_past_its_deadline_is_stopped_by_pull(listening, 
     refused = detached_state(submission, 7).refused
     assert refused is not None and refused.startswith(
         "Flower run 7 did not start within 120 s (--start-deadline): the SuperLink launched its "
-        "ServerApp 2 times and refused each one that reported later than 30 s"
+        "ServerApp 2 times and refused each one that reported after its window"
     )
     taken = []
     found = ({"config": {}}, submission, 7)

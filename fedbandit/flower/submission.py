@@ -437,10 +437,11 @@ def why_not_started(status: str, launches: list[str], details: str) -> str:
     if len(launches) >= 2:
         return (
             f"the SuperLink launched its ServerApp {len(launches)} times and refused each one "
-            f"that reported later than {SERVERAPP_REPORT_SECONDS} s after its launch (Flower "
-            "1.42: 'Runtime task-token authentication failed', then it launches another); the "
-            f"SuperLink's host is too loaded to start a ServerApp in time ({said}, last launch "
-            f"at {launches[-1]})"
+            "that reported after its window (Flower 1.42: 'Runtime task-token authentication "
+            "failed', then it launches another; the window is 30 s with flower-superlink, 300 s "
+            "with fedbandit superlink and FEDBANDIT_SERVERAPP_START_WINDOW); the SuperLink's "
+            f"host is too loaded to start a ServerApp in time ({said}, last launch at "
+            f"{launches[-1]})"
         )
     if launches:
         return (
