@@ -76,7 +76,8 @@ def run_secure(tmp_path: Path, superlink: str, policy: str) -> subprocess.Comple
     return subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
 
 
-@pytest.mark.parametrize("mode", [pytest.param("kill", marks=pytest.mark.heavy), "error"])
+@pytest.mark.heavy
+@pytest.mark.parametrize("mode", ["kill", "error"])
 def test_a_node_lost_in_the_key_set_up_leaves_the_survivors_sum_under_drop(
     deployment, tmp_path, mode
 ):

@@ -222,6 +222,7 @@ def run_tiny(
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_serverapps_that_start_too_slowly_end_the_seed_in_one_line(tmp_path):
     """Every ServerApp of the deployment sleeps 45 s before it reports (as on an overloaded host),
     and the SuperLink keeps Flower's own 30 s for a first report
