@@ -173,7 +173,7 @@ def test_sigint_leaves_whole_files_and_the_run_resumes(tmp_path):
         "--set",
         "seeds=6",
         "--set",
-        "instance.num_clients=200",  # seeds of a few tenths of a second: Ctrl-C lands mid-run
+        "instance.num_clients=3000",  # 24 runs of about 0.2 s each: Ctrl-C lands mid-run
     ]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
