@@ -248,3 +248,12 @@ def tcp_forwarder(target: tuple[str, int]) -> Iterator[str]:
         for sock in open_sockets:
             with contextlib.suppress(OSError):
                 sock.close()
+
+
+def deployment_closed_after(root: Path) -> Iterator[Deployment]:
+    """A ``Deployment`` in ``root``, closed when the caller (a pytest fixture) is done with it."""
+    deploy = Deployment(root)
+    try:
+        yield deploy
+    finally:
+        deploy.close()

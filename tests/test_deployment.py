@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from flower_deploy import (
     Deployment,
+    deployment_closed_after,
     free_port,
     start_loopback,
     wait_for_port,
@@ -34,11 +35,7 @@ TINY = ["--seeds", "1", "--set", "instance.num_clients=6", "--set", "horizon=256
 
 @pytest.fixture
 def deployment(tmp_path):
-    deploy = Deployment(tmp_path)
-    try:
-        yield deploy
-    finally:
-        deploy.close()
+    yield from deployment_closed_after(tmp_path)
 
 
 def run_cli(*argv: str) -> int:

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from flower_deploy import (
     FEDBANDIT,
-    Deployment,
+    deployment_closed_after,
     free_port,
     live_commands,
     start_loopback,
@@ -39,12 +39,8 @@ TWO_ALGORITHMS = ["--set", 'algorithms=["fedpe", "fedpe_enhanced"]']
 
 @pytest.fixture
 def deployment(tmp_path):
-    deploy = Deployment(tmp_path)
-    try:
-        yield deploy
-    finally:
-        deploy.close()
-        assert not flower_processes(tmp_path), "Flower processes outlived the test"
+    yield from deployment_closed_after(tmp_path)
+    assert not flower_processes(tmp_path), "Flower processes outlived the test"
 
 
 def flower_processes(root: Path) -> list[str]:

@@ -19,7 +19,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from flower_deploy import FEDBANDIT, Deployment, free_port, live_commands, start_loopback
+from flower_deploy import (
+    FEDBANDIT,
+    Deployment,
+    deployment_closed_after,
+    free_port,
+    live_commands,
+    start_loopback,
+)
 from test_secure_aggregation import flower_identity, secure_run  # noqa: F401 (a fixture)
 
 from fedbandit.results.files import read_json
@@ -41,13 +48,9 @@ LOST = [str(client) for client in range(15, 20)]
 
 @pytest.fixture
 def deployment(tmp_path):
-    deploy = Deployment(tmp_path)
-    try:
-        yield deploy
-    finally:
-        deploy.close()
-        left = [command for command in live_commands() if str(tmp_path) in command]
-        assert not left, f"Flower processes outlived the test: {left}"
+    yield from deployment_closed_after(tmp_path)
+    left = [command for command in live_commands() if str(tmp_path) in command]
+    assert not left, f"Flower processes outlived the test: {left}"
 
 
 def start_with_a_faulty_node(
