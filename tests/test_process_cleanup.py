@@ -132,12 +132,16 @@ def test_no_process_of_a_run_outlives_it_nor_the_deployment(tmp_path):
         )
         print(f"a finished run's ServerApp and ClientApps were gone {took:.1f} s after the run")
 
+        def mid_run(name: str, rounds: int) -> None:
+            """A long run ``name`` started and ``rounds`` rounds into it, its processes noted."""
+            run(name, 100_000)
+            seen_rounds = deploy.log("node0").count("Receiving: train.step")
+            wait_for_rounds(deploy, "node0", rounds + seen_rounds, timeout=300)
+            remember()
+            assert task_processes(deploy, ("superlink",)), "no ServerApp while the run goes on"
+
         # SIGTERM to `fedbandit run` mid-run: it stops the Flower run, and its ServerApp ends
-        run("stopped", 100_000)
-        rounds = 3 + deploy.log("node0").count("Receiving: train.step")
-        wait_for_rounds(deploy, "node0", rounds, timeout=300)
-        remember()
-        assert task_processes(deploy, ("superlink",)), "no ServerApp while the run goes on"
+        mid_run("stopped", 3)
         os.kill(deploy.processes["stopped"].pid, signal.SIGTERM)
         deploy.processes["stopped"].wait(timeout=120)
         took = wait_until_none(
@@ -146,11 +150,7 @@ def test_no_process_of_a_run_outlives_it_nor_the_deployment(tmp_path):
         print(f"a stopped run's ServerApp and ClientApps were gone {took:.1f} s after its driver")
 
         # a third run stopped with the deployment, mid-run
-        run("cut", 100_000)
-        rounds = 1 + deploy.log("node0").count("Receiving: train.step")
-        wait_for_rounds(deploy, "node0", rounds, timeout=300)
-        remember()
-        assert task_processes(deploy, ("superlink",)), "no ServerApp while the run goes on"
+        mid_run("cut", 1)
     finally:
         deploy.close()
     took = wait_until_none(
