@@ -195,17 +195,6 @@ class SlowSuperLink:
         return self._log
 
 
-@pytest.fixture
-def listening():
-    """An address on loopback where something listens (the SuperLink's port is open)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
-
-
 def test_a_slow_log_is_not_taken_for_an_empty_one(listening):
     """Under load `flwr log --show` can take longer than the wait: the seeds are then not shown
     as queued, nor pulled as absent; the caller is told to ask again (issue 40, item 3)."""

@@ -438,16 +438,6 @@ class RefusingSuperLink(ScriptedSubmission):
         return "starting", ""
 
 
-@pytest.fixture
-def listening():
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
-
-
 def test_a_detached_run_refused_past_its_deadline_is_stopped_by_pull(listening, monkeypatch):
     """``pull`` of a detached run whose ServerApp the SuperLink refused and launched again, longer
     ago than --start-deadline after it was queued: the run is stopped and the folder's seeds end
